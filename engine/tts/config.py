@@ -1,0 +1,176 @@
+"""Qwen3-TTS model configuration, read from a checkpoint folder's config.json and generation_config.json.
+
+The keys are those the official qwen-tts classes save (Qwen3TTSConfig and its talker and code-predictor
+sub-configs). Their Python defaults are NOT the published checkpoints' values, so nothing here falls
+back to a default for a value that shapes the model: a missing key is an error naming file and key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ModelFilesError
+
+
+class _Reader:
+    """Reads required keys from one JSON object, naming the file and key path on failure."""
+
+    def __init__(self, data: dict, path: Path, prefix: str = ""):
+        self.data, self.path, self.prefix = data, path, prefix
+
+    def __call__(self, key: str, default: Any = ...):
+        if key in self.data and self.data[key] is not None:
+            return self.data[key]
+        if default is not ...:
+            return default
+        raise ModelFilesError(f"{self.path}: missing key '{self.prefix}{key}'")
+
+    def sub(self, key: str) -> "_Reader":
+        value = self(key)
+        if not isinstance(value, dict):
+            raise ModelFilesError(f"{self.path}: '{self.prefix}{key}' must be an object")
+        return _Reader(value, self.path, f"{self.prefix}{key}.")
+
+
+def read_json(path: Path) -> dict:
+    """Parse a JSON file, turning a missing or malformed file into ModelFilesError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise ModelFilesError(f"{path}: file is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelFilesError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ModelFilesError(f"{path}: expected a JSON object")
+    return data
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """One Qwen3 decoder stack: the talker's (28 layers) or the code predictor's (5 layers)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    vocab_size: int
+
+    @classmethod
+    def read(cls, r: _Reader) -> "DecoderConfig":
+        if r("use_sliding_window", False):
+            raise ModelFilesError(f"{r.path}: '{r.prefix}use_sliding_window' is true; Parley supports full attention only")
+        if r("hidden_act", "silu") != "silu":
+            raise ModelFilesError(f"{r.path}: '{r.prefix}hidden_act' is {r('hidden_act')!r}; Parley supports 'silu'")
+        if r("attention_bias", False):
+            raise ModelFilesError(f"{r.path}: '{r.prefix}attention_bias' is true; Parley supports bias-free attention")
+        num_heads = int(r("num_attention_heads"))
+        return cls(
+            hidden_size=int(r("hidden_size")),
+            intermediate_size=int(r("intermediate_size")),
+            num_layers=int(r("num_hidden_layers")),
+            num_heads=num_heads,
+            num_kv_heads=int(r("num_key_value_heads")),
+            head_dim=int(r("head_dim", int(r("hidden_size")) // num_heads)),
+            rms_norm_eps=float(r("rms_norm_eps")),
+            rope_theta=float(r("rope_theta")),
+            vocab_size=int(r("vocab_size")),
+        )
+
+
+@dataclass(frozen=True)
+class TalkerConfig:
+    """The talker (codebook-0 decoder), its code predictor, and the codec-track special ids."""
+
+    decoder: DecoderConfig
+    predictor: DecoderConfig
+    num_code_groups: int  # 16 codebooks per frame
+    text_vocab_size: int
+    text_hidden_size: int
+    codec_pad_id: int
+    codec_bos_id: int
+    codec_eos_id: int
+    codec_think_id: int
+    codec_nothink_id: int
+    codec_think_bos_id: int
+    codec_think_eos_id: int
+    language_ids: dict[str, int]  # lower-case name -> codec id, dialects included
+    speaker_ids: dict[str, int]  # lower-case name -> codec id
+    speaker_dialects: dict[str, str]  # speaker -> dialect language it speaks for chinese/auto
+
+    @classmethod
+    def read(cls, r: _Reader) -> "TalkerConfig":
+        rope = r("rope_scaling", {})
+        # The talker's rotary embedding is M-RoPE; for speech all three position streams are equal, which
+        # makes it plain RoPE (tests/tts/test_rope.py proves it), so only the section's total must fit.
+        section = rope.get("mrope_section")
+        decoder = DecoderConfig.read(r)
+        if section is not None and 2 * sum(section) != decoder.head_dim:
+            raise ModelFilesError(f"{r.path}: talker_config.rope_scaling.mrope_section {section} does not cover head_dim {decoder.head_dim}")
+        if rope.get("rope_type", rope.get("type", "default")) != "default":
+            raise ModelFilesError(f"{r.path}: talker_config.rope_scaling type {rope.get('rope_type')!r}; Parley supports 'default'")
+        dialects = {k.lower(): v for k, v in (r("spk_is_dialect", {}) or {}).items() if v}
+        return cls(
+            decoder=decoder,
+            predictor=DecoderConfig.read(r.sub("code_predictor_config")),
+            num_code_groups=int(r("num_code_groups")),
+            text_vocab_size=int(r("text_vocab_size")),
+            text_hidden_size=int(r("text_hidden_size")),
+            codec_pad_id=int(r("codec_pad_id")),
+            codec_bos_id=int(r("codec_bos_id")),
+            codec_eos_id=int(r("codec_eos_token_id")),
+            codec_think_id=int(r("codec_think_id")),
+            codec_nothink_id=int(r("codec_nothink_id")),
+            codec_think_bos_id=int(r("codec_think_bos_id")),
+            codec_think_eos_id=int(r("codec_think_eos_id")),
+            language_ids={k.lower(): int(v) for k, v in r("codec_language_id", {}).items()},
+            speaker_ids={k.lower(): int(v) for k, v in r("spk_id", {}).items()},
+            speaker_dialects=dialects,
+        )
+
+
+@dataclass(frozen=True)
+class TTSConfig:
+    """A whole Qwen3-TTS checkpoint: model kind, text-side special ids and the talker."""
+
+    model_type: str  # "custom_voice", "voice_design" or "base"
+    model_size: str  # "0b6" or "1b7" as the checkpoint says
+    im_start_id: int
+    im_end_id: int
+    tts_pad_id: int
+    tts_bos_id: int
+    tts_eos_id: int
+    talker: TalkerConfig
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "TTSConfig":
+        path = Path(path)
+        r = _Reader(read_json(path), path)
+        if r("tokenizer_type", "qwen3_tts_tokenizer_12hz") != "qwen3_tts_tokenizer_12hz":
+            raise ModelFilesError(f"{path}: tokenizer_type {r('tokenizer_type')!r}; Parley supports the 12 Hz models only")
+        return cls(
+            model_type=str(r("tts_model_type")),
+            model_size=str(r("tts_model_size", "")),
+            im_start_id=int(r("im_start_token_id")),
+            im_end_id=int(r("im_end_token_id")),
+            tts_pad_id=int(r("tts_pad_token_id")),
+            tts_bos_id=int(r("tts_bos_token_id")),
+            tts_eos_id=int(r("tts_eos_token_id")),
+            talker=TalkerConfig.read(r.sub("talker_config")),
+        )
+
+    @property
+    def speakers(self) -> list[str]:
+        return sorted(self.talker.speaker_ids)
+
+    @property
+    def languages(self) -> list[str]:
+        """Languages a caller may ask for: 'auto' plus the config's, dialects excluded (as the official model)."""
+        return ["auto"] + sorted(k for k in self.talker.language_ids if "dialect" not in k)
