@@ -1,0 +1,619 @@
+"""The Qwen3-TTS 12 Hz speech-tokenizer decoder: codec codes (16 per 80 ms frame) -> 24 kHz PCM.
+
+Weights and sizes come from a checkpoint's `speech_tokenizer/` folder (config.json, model.safetensors);
+the math follows the official `qwen_tts` Qwen3TTSTokenizerV2Decoder and equals it on the same weights.
+Every stage is causal, so the decoder also runs as a stream: each module's `forward(x, carry)` takes
+an optional `carry` dict in which it keeps what the next call needs (conv input tails, transposed-conv
+overlaps, attention keys/values, the RoPE position). Without a carry it is the official full forward;
+with one, decoding frame by frame (or in any chunks) equals a full decode to float rounding, and each
+frame costs one frame of work.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from engine.errors import ModelFilesError
+from engine.tts.checkpoint import load_weights
+from engine.tts.config import read_json
+
+__all__ = ["CodecConfig", "CodecDecoder", "CodecStream", "load_codec"]
+
+# What a stream carries between calls, keyed by the module that owns each entry.
+Carry = dict[nn.Module, Any]
+
+# Architecture constants of the official decoder (hard-coded in qwen_tts, not in config.json).
+_SEMANTIC_QUANTIZERS = 1  # SplitResidualVectorQuantizer(n_q_semantic=1): codebook 0, then the rest
+_CODEBOOK_EPSILON = 1e-5  # EuclideanCodebook clamps cluster_usage to at least this before dividing
+_PRE_CONV_KERNEL = 3
+_CONVNEXT_KERNEL = 7
+_CONVNEXT_EXPANSION = 4
+_LAYER_NORM_EPS = 1e-6
+_DECODER_KERNEL = 7  # the decoder's first and last conv and each residual unit's dilated conv
+_RESIDUAL_DILATIONS = (1, 3, 9)
+
+# Attention kernels allowed: not cuDNN's, which rebuilt its plan on every masked call (~5 ms of host
+# time per layer per streamed frame, bf16 on an H200 with torch 2.11): more than the whole frame's GPU work.
+_ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+_DECODER_KEYS = {
+    "codebook_size": int,
+    "codebook_dim": int,
+    "num_quantizers": int,
+    "latent_dim": int,
+    "hidden_size": int,
+    "num_hidden_layers": int,
+    "num_attention_heads": int,
+    "num_key_value_heads": int,
+    "intermediate_size": int,
+    "hidden_act": str,
+    "rms_norm_eps": float,
+    "rope_theta": float,
+    "sliding_window": int,
+    "attention_bias": bool,
+    "layer_scale_initial_scale": float,
+    "upsampling_ratios": tuple,
+    "upsample_rates": tuple,
+    "decoder_dim": int,
+}
+
+
+@dataclass(frozen=True)
+class CodecConfig:
+    """The decoder's sizes, read from `speech_tokenizer/config.json` (decoder_config keeps its names)."""
+
+    sample_rate_hz: int  # output_sample_rate
+    frame_samples: int  # decode_upsample_rate: 1920 samples = 80 ms at 24 kHz
+    codebook_size: int
+    codebook_dim: int  # width of the dequantized frame; each codebook holds codebook_dim // 2
+    num_quantizers: int
+    latent_dim: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    rope_theta: float
+    sliding_window: int  # a query sees itself and the sliding_window - 1 frames before it
+    attention_bias: bool
+    layer_scale_initial_scale: float  # only used to initialize random weights
+    upsampling_ratios: tuple[int, ...]  # transposed conv + ConvNeXt stages at latent_dim
+    upsample_rates: tuple[int, ...]  # DAC-style blocks, each halving the channels
+    decoder_dim: int
+
+    def __post_init__(self):
+        if self.num_quantizers <= _SEMANTIC_QUANTIZERS:
+            raise ValueError(f"decoder_config.num_quantizers must be >= 2, got {self.num_quantizers}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"decoder_config.num_attention_heads ({self.num_attention_heads}) must be a multiple "
+                f"of num_key_value_heads ({self.num_key_value_heads})"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"decoder_config.head_dim must be even for RoPE, got {self.head_dim}")
+        if self.sliding_window < 1:
+            raise ValueError(f"decoder_config.sliding_window must be >= 1, got {self.sliding_window}")
+        upsampling = math.prod(self.upsampling_ratios) * math.prod(self.upsample_rates)
+        if upsampling != self.frame_samples:
+            raise ValueError(
+                f"decode_upsample_rate is {self.frame_samples}, but decoder_config's upsampling_ratios "
+                f"{list(self.upsampling_ratios)} and upsample_rates {list(self.upsample_rates)} "
+                f"multiply to {upsampling}"
+            )
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> CodecConfig:
+        """Read a codec config.json in the layout the official Qwen3TTSTokenizerV2Config saves.
+
+        Args:
+            path: the `speech_tokenizer/config.json` file.
+        Returns:
+            The decoder's config.
+        Raises:
+            ModelFilesError: the file is missing or not JSON, a key is missing or of the wrong
+                type, or the values contradict each other; the message names file and key.
+        """
+        path = Path(path)
+        data = read_json(path)
+        decoder = _read(path, data, "decoder_config", dict, "")
+        values = {key: _read(path, decoder, key, kind, "decoder_config.") for key, kind in _DECODER_KEYS.items()}
+        if values.pop("hidden_act") != "silu":
+            raise ModelFilesError(
+                f"{path}: decoder_config.hidden_act is {decoder['hidden_act']!r}; Parley's codec supports 'silu'"
+            )
+        rope_scaling = decoder.get("rope_scaling")
+        if rope_scaling is not None and (
+            not isinstance(rope_scaling, dict) or rope_scaling.get("rope_type", rope_scaling.get("type")) != "default"
+        ):
+            raise ModelFilesError(
+                f"{path}: decoder_config.rope_scaling is {rope_scaling!r}; Parley's codec supports default RoPE only"
+            )
+        # The official attention falls back to hidden_size // num_attention_heads when head_dim is absent.
+        if "head_dim" in decoder:
+            head_dim = _read(path, decoder, "head_dim", int, "decoder_config.")
+        else:
+            head_dim = values["hidden_size"] // values["num_attention_heads"]
+        try:
+            return cls(
+                sample_rate_hz=_read(path, data, "output_sample_rate", int, ""),
+                frame_samples=_read(path, data, "decode_upsample_rate", int, ""),
+                head_dim=head_dim,
+                **values,
+            )
+        except ValueError as e:
+            raise ModelFilesError(f"{path}: {e}") from None
+
+
+def _read(path: Path, section: dict, key: str, kind: type, where: str) -> Any:
+    """One typed value of a config section; a missing or mistyped key names the file and the key."""
+    if key not in section:
+        raise ModelFilesError(f"{path}: missing key {where}{key}")
+    value = section[key]
+    if kind is tuple:
+        ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        value = tuple(value) if ok else value
+        expected = "a list of integers"
+    elif kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+        expected = "a number"
+    else:
+        ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+        expected = {int: "an integer", bool: "true or false", str: "a string", dict: "an object"}[kind]
+    if not ok:
+        raise ModelFilesError(f"{path}: {where}{key} is {value!r}, expected {expected}")
+    return value
+
+
+# ---- quantizer: codes -> (B, codebook_dim, T); nesting mirrors the official state-dict keys ----
+
+
+class Codebook(nn.Module):
+    """One codebook stored as running sums: an entry is embedding_sum / max(cluster_usage, eps)."""
+
+    def __init__(self, size: int, dim: int):
+        super().__init__()
+        self.cluster_usage = nn.Parameter(torch.ones(size))
+        self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        """(B, T) int64 -> (B, T, dim). Gathering before dividing gives the official values bit for bit."""
+        usage = self.cluster_usage.clamp(min=_CODEBOOK_EPSILON)
+        return F.embedding(codes, self.embedding_sum) / F.embedding(codes, usage[:, None])
+
+
+class CodebookLayer(nn.Module):
+    """The official VectorQuantization: a codebook (its project_out is the identity in this model)."""
+
+    def __init__(self, size: int, dim: int):
+        super().__init__()
+        self._codebook = Codebook(size, dim)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        return self._codebook(codes)
+
+
+class CodebookStack(nn.Module):
+    """The official ResidualVectorQuantization: residual codebooks whose entries add up."""
+
+    def __init__(self, count: int, size: int, dim: int):
+        super().__init__()
+        self.layers = nn.ModuleList(CodebookLayer(size, dim) for _ in range(count))
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        """(B, count, T) -> (B, dim, T), summed in codebook order like the official."""
+        total = self.layers[0](codes[:, 0])
+        for index in range(1, len(self.layers)):
+            total = total + self.layers[index](codes[:, index])
+        return total.transpose(1, 2)
+
+
+class ResidualQuantizer(nn.Module):
+    """The official ResidualVectorQuantizer: codebooks at codebook_dim // 2, projected back up."""
+
+    def __init__(self, count: int, config: CodecConfig):
+        super().__init__()
+        inner = config.codebook_dim // 2
+        # input_proj only serves encoding (audio -> codes); it is here so strict loading checks it.
+        self.input_proj = nn.Conv1d(config.codebook_dim, inner, 1, bias=False)
+        self.output_proj = nn.Conv1d(inner, config.codebook_dim, 1, bias=False)
+        self.vq = CodebookStack(count, config.codebook_size, inner)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        return self.output_proj(self.vq(codes))
+
+
+class SplitQuantizer(nn.Module):
+    """The official SplitResidualVectorQuantizer: the semantic codebook 0, then the acoustic rest."""
+
+    def __init__(self, config: CodecConfig):
+        super().__init__()
+        self.rvq_first = ResidualQuantizer(_SEMANTIC_QUANTIZERS, config)
+        self.rvq_rest = ResidualQuantizer(config.num_quantizers - _SEMANTIC_QUANTIZERS, config)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        """(B, num_quantizers, T) int64 -> (B, codebook_dim, T)."""
+        first = self.rvq_first(codes[:, :_SEMANTIC_QUANTIZERS])
+        return first + self.rvq_rest(codes[:, _SEMANTIC_QUANTIZERS:])
+
+
+# ---- causal convolutions: the only places besides attention that look back in time ----
+
+
+class CausalConv(nn.Module):
+    """The official CausalConvNet (stride 1): a Conv1d fed `context` past samples, zeros at the start."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int = 1, groups: int = 1):
+        super().__init__()
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
+        self.context = (kernel_size - 1) * dilation
+
+    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
+        """(B, C, T) -> (B, out_channels, T)."""
+        if not self.context:
+            return self.conv(x)
+        if carry is None:
+            x = F.pad(x, (self.context, 0))  # the official left padding
+        else:
+            past = carry.get(self)
+            if past is None:  # a fresh stream sees the same zeros the full decode pads with
+                past = x.new_zeros(x.shape[0], x.shape[1], self.context)
+            x = torch.cat([past, x], dim=-1)
+            carry[self] = x[..., x.shape[-1] - self.context :]
+        return self.conv(x)
+
+
+class CausalTransposedConv(nn.Module):
+    """The official CausalTransConvNet: ConvTranspose1d with its last kernel - stride samples cut.
+
+    Output samples [i*stride, (i+1)*stride) then depend on input frames <= i only, so they are final
+    once frame i arrives; the cut tail is the overlap that the next frames add to, so a stream keeps
+    it (without the bias, which the next call adds again) and adds it to the next call's head.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
+        super().__init__()
+        self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
+        self.stride = stride
+
+    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
+        """(B, C, T) -> (B, out_channels, T * stride)."""
+        y = self.conv(x)  # (B, out, T * stride + kernel - stride)
+        length = x.shape[-1] * self.stride
+        if carry is not None:
+            overlap = carry.get(self)
+            if overlap is not None:
+                y[..., : overlap.shape[-1]] += overlap
+            carry[self] = y[..., length:] - self.conv.bias[:, None]
+        return y[..., :length]
+
+
+class SnakeBeta(nn.Module):
+    """x + sin^2(x * e^alpha) / (e^beta + 1e-9) per channel, as the official; pointwise in time, so nothing to carry."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
+        alpha = self.alpha.exp()[None, :, None]
+        beta = self.beta.exp()[None, :, None]
+        return x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
+
+
+class ConvNeXtBlock(nn.Module):
+    """The official ConvNeXtBlock: causal depthwise conv, LayerNorm, GELU MLP, gamma, residual."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dwconv = CausalConv(dim, dim, _CONVNEXT_KERNEL, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=_LAYER_NORM_EPS)
+        self.pwconv1 = nn.Linear(dim, _CONVNEXT_EXPANSION * dim)
+        self.pwconv2 = nn.Linear(_CONVNEXT_EXPANSION * dim, dim)
+        self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
+
+    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
+        h = self.dwconv(x, carry).transpose(1, 2)  # (B, T, dim)
+        h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
+        return x + (self.gamma * h).transpose(1, 2)
+
+
+class ResidualUnit(nn.Module):
+    """The official DecoderResidualUnit: Snake, dilated causal conv, Snake, 1x1 conv, residual."""
+
+    def __init__(self, dim: int, dilation: int):
+        super().__init__()
+        self.act1 = SnakeBeta(dim)
+        self.conv1 = CausalConv(dim, dim, _DECODER_KERNEL, dilation=dilation)
+        self.act2 = SnakeBeta(dim)
+        self.conv2 = CausalConv(dim, dim, 1)
+
+    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
+        h = self.conv1(self.act1(x), carry)
+        return x + self.conv2(self.act2(h), carry)
+
+
+class DecoderBlock(nn.Module):
+    """The official DecoderDecoderBlock: Snake, transposed conv by `rate` halving channels, 3 residual units."""
+
+    def __init__(self, in_dim: int, out_dim: int, rate: int):
+        super().__init__()
+        units = [ResidualUnit(out_dim, dilation) for dilation in _RESIDUAL_DILATIONS]
+        self.block = nn.ModuleList([SnakeBeta(in_dim), CausalTransposedConv(in_dim, out_dim, 2 * rate, rate), *units])
+
+    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
+        for module in self.block:
+            x = module(x, carry)
+        return x
+
+
+# ---- the pre-transformer: sliding-window causal attention over frames ----
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm computed in float32, as the official (a T5 LayerNorm)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class LayerScale(nn.Module):
+    """A learnt per-channel scale on a residual branch."""
+
+    def __init__(self, dim: int, initial: float):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((dim,), initial))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * x
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on (B, H, T, D) with the two halves of D paired (rotate_half convention)."""
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-second, first], dim=-1) * sin
+
+
+class Attention(nn.Module):
+    """Causal self-attention over a sliding window; a stream keeps the last window - 1 keys and values."""
+
+    def __init__(self, config: CodecConfig):
+        super().__init__()
+        heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(heads * head_dim, config.hidden_size, bias=bias)
+        self.head_dim = head_dim
+        self.groups = heads // kv_heads
+        self.kept = config.sliding_window - 1
+
+    def forward(self, x, cos, sin, mask, carry: Carry | None = None) -> torch.Tensor:
+        """x (B, T, hidden); cos, sin (T, head_dim); mask (T, past + T) bool, True = may attend."""
+        B, T, _ = x.shape  # batch, new frames
+        q = self.q_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = self.k_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, KV, T, D)
+        v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        if carry is not None:
+            past = carry.get(self)
+            if past is not None:
+                k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+            start = k.shape[2] - min(self.kept, k.shape[2])
+            carry[self] = (k[:, :, start:], v[:, :, start:])
+        if self.groups > 1:
+            k, v = k.repeat_interleave(self.groups, dim=1), v.repeat_interleave(self.groups, dim=1)
+        with sdpa_kernel(_ATTENTION_BACKENDS):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # scale 1/sqrt(D), as the official
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class Mlp(nn.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: CodecConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TransformerLayer(nn.Module):
+    """Pre-norm attention and MLP, each residual branch scaled by a LayerScale."""
+
+    def __init__(self, config: CodecConfig):
+        super().__init__()
+        self.self_attn = Attention(config)
+        self.mlp = Mlp(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn_layer_scale = LayerScale(config.hidden_size, config.layer_scale_initial_scale)
+        self.mlp_layer_scale = LayerScale(config.hidden_size, config.layer_scale_initial_scale)
+
+    def forward(self, x, cos, sin, mask, carry: Carry | None = None) -> torch.Tensor:
+        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, carry))
+        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+
+
+class Transformer(nn.Module):
+    """The official DecoderTransformerModel: latent -> hidden, sliding-window layers, norm, -> latent."""
+
+    def __init__(self, config: CodecConfig):
+        super().__init__()
+        self.input_proj = nn.Linear(config.latent_dim, config.hidden_size)
+        self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.output_proj = nn.Linear(config.hidden_size, config.latent_dim)
+        self.window = config.sliding_window
+        self.head_dim = config.head_dim
+        self.rope_theta = config.rope_theta
+
+    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
+        """(B, T, latent_dim) -> (B, T, latent_dim); a stream carries the next frame's position."""
+        T = x.shape[1]  # new frames
+        start = 0 if carry is None else carry.get(self, 0)
+        past = min(start, self.window - 1)  # frames each layer has kept from earlier calls
+        queries = torch.arange(start, start + T, device=x.device)
+        keys = torch.arange(start - past, start + T, device=x.device)
+        mask = (keys[None, :] <= queries[:, None]) & (keys[None, :] > queries[:, None] - self.window)
+        cos, sin = self._rope(queries, x.dtype)
+        h = self.input_proj(x)
+        for layer in self.layers:
+            h = layer(h, cos, sin, mask, carry)
+        if carry is not None:
+            carry[self] = start + T
+        return self.output_proj(self.norm(h))
+
+    def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin (T, head_dim) at absolute positions, computed in float32 like the official."""
+        exponents = torch.arange(0, self.head_dim, 2, device=positions.device).float() / self.head_dim
+        inv_freq = 1.0 / (self.rope_theta**exponents)
+        angles = positions.float()[:, None] * inv_freq[None, :]
+        angles = torch.cat([angles, angles], dim=-1)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+# ---- the whole decoder ----
+
+
+class CodecDecoder(nn.Module):
+    """Codes -> waveform. Attribute names are the official `decoder.*` state-dict keys without the prefix."""
+
+    def __init__(self, config: CodecConfig):
+        super().__init__()
+        self.config = config
+        latent = config.latent_dim
+        self.quantizer = SplitQuantizer(config)
+        self.pre_conv = CausalConv(config.codebook_dim, latent, _PRE_CONV_KERNEL)
+        self.pre_transformer = Transformer(config)
+        self.upsample = nn.ModuleList(
+            nn.ModuleList([CausalTransposedConv(latent, latent, ratio, ratio), ConvNeXtBlock(latent)])
+            for ratio in config.upsampling_ratios
+        )
+        dims = [config.decoder_dim // 2**i for i in range(len(config.upsample_rates) + 1)]
+        blocks = [DecoderBlock(dims[i], dims[i + 1], rate) for i, rate in enumerate(config.upsample_rates)]
+        self.decoder = nn.ModuleList(
+            [
+                CausalConv(latent, config.decoder_dim, _DECODER_KERNEL),
+                *blocks,
+                SnakeBeta(dims[-1]),
+                CausalConv(dims[-1], 1, _DECODER_KERNEL),
+            ]
+        )
+
+    def forward(self, codes: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
+        """(frames, num_quantizers) int64 -> (frames * frame_samples,) float32 in [-1, 1].
+
+        Without a carry this is the official forward; with one it continues the stream the carry holds.
+        """
+        Q = self.config.num_quantizers
+        if codes.dim() != 2 or codes.shape[0] < 1 or codes.shape[1] != Q or codes.is_floating_point():
+            raise ValueError(
+                f"codes must be an integer tensor of shape (frames >= 1, {Q}), "
+                f"got {codes.dtype} of shape {tuple(codes.shape)}"
+            )
+        codes = codes.to(self.pre_conv.conv.weight.device).T[None]  # (1, Q, frames)
+        x = self.pre_conv(self.quantizer(codes), carry)  # (1, latent, frames)
+        x = self.pre_transformer(x.transpose(1, 2), carry).transpose(1, 2)
+        for stage in self.upsample:
+            for module in stage:
+                x = module(x, carry)
+        for module in self.decoder:
+            x = module(x, carry)
+        return x.clamp(min=-1, max=1)[0, 0].float()
+
+    @torch.inference_mode()
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """Decode a whole utterance at once, as the official decoder's forward does.
+
+        Attention is dense over all frames (masked to the window), so memory grows with frames^2;
+        for long or live audio use `stream()`.
+
+        Args:
+            codes: (frames, num_quantizers) integer codes, each in [0, codebook_size).
+        Returns:
+            (frames * frame_samples,) float32 samples at sample_rate_hz, clamped to [-1, 1],
+            on the decoder's device.
+        Raises:
+            ValueError: codes are not an integer tensor of that shape.
+        """
+        return self(codes)
+
+    def stream(self) -> CodecStream:
+        """A stateful decoder over this one's weights, for frames that arrive a few at a time."""
+        return CodecStream(self)
+
+
+class CodecStream:
+    """Decodes an utterance in pieces; the audio equals `CodecDecoder.decode` of all frames at once.
+
+    Holds the carry: each causal conv's input tail, each transposed conv's overlap, each attention
+    layer's last sliding_window - 1 keys and values, and the next RoPE position, all in the module's
+    dtype and device. One stream per utterance; not thread-safe.
+    """
+
+    def __init__(self, decoder: CodecDecoder):
+        self._decoder = decoder
+        self._carry: Carry = {}
+
+    @torch.inference_mode()
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """Decode the next n frames.
+
+        Args:
+            codes: (n, num_quantizers) integer codes, n >= 1, following those already decoded.
+        Returns:
+            (n * frame_samples,) float32 samples that are final: no look-ahead, nothing re-decoded.
+        Raises:
+            ValueError: codes are not an integer tensor of that shape.
+        """
+        return self._decoder(codes, self._carry)
+
+
+def load_codec(
+    folder: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> CodecDecoder:
+    """Load the decoder half of a checkpoint's `speech_tokenizer/` folder.
+
+    Args:
+        folder: the speech_tokenizer/ folder (config.json + model.safetensors; `encoder.*` is ignored).
+        device: where the weights go ("cpu", "cuda", ...).
+        dtype: the weights' and the stream state's dtype (float32 or bfloat16).
+    Returns:
+        The decoder in eval mode.
+    Raises:
+        ModelFilesError: the folder, config.json or model.safetensors is missing or unreadable, or a
+            decoder tensor is missing, unexpected or of a shape config.json does not describe.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelFilesError(
+            f"{folder}: codec folder not found (expected a checkpoint's speech_tokenizer/ folder "
+            f"with config.json and model.safetensors)"
+        )
+    config = CodecConfig.from_file(folder / "config.json")
+    with torch.device("meta"):  # shapes only: no memory, no initialization
+        decoder = CodecDecoder(config)
+    return load_weights(decoder, folder, prefix="decoder.", device=device, dtype=dtype)
