@@ -1,0 +1,57 @@
+"""Where models come from: a folder the user names, Parley's models folder, or the Hugging Face cache.
+
+Nothing here downloads on its own: a missing model is an error that says exactly how to get it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from engine.errors import ModelFilesError
+
+DEFAULT_TTS_REPO = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+
+
+def models_dir() -> Path:
+    """Parley's models folder: $PARLEY_MODELS, else the XDG data folder."""
+    if os.environ.get("PARLEY_MODELS"):
+        return Path(os.environ["PARLEY_MODELS"]).expanduser()
+    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return data / "parley" / "models"
+
+
+def find_tts_model(name: str | None = None) -> Path:
+    """The folder of a Qwen3-TTS checkpoint: `name` as a folder or hub id, else the default model.
+
+    Raises:
+        ModelFilesError: not found; the message says where Parley looked and how to download it.
+    """
+    name = name or os.environ.get("PARLEY_TTS_MODEL") or DEFAULT_TTS_REPO
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    if name.count("/") == 1 and not path.exists():
+        local = models_dir() / name.split("/")[1]
+        if local.is_dir():
+            return local
+        cached = _hub_cache(name)
+        if cached is not None:
+            return cached
+        raise ModelFilesError(
+            f"the speech model {name} is not on this machine (looked in {local} and the Hugging Face cache). "
+            f"Download it (about 2 GB) with:\n  huggingface-cli download {name} --local-dir {local}\n"
+            f"or pass --model with the folder of a Qwen3-TTS checkpoint."
+        )
+    raise ModelFilesError(f"{path}: no such model folder")
+
+
+def _hub_cache(repo: str) -> Path | None:
+    """The snapshot of `repo` in the local Hugging Face cache, without touching the network."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo, local_files_only=True))
+    except (LocalEntryNotFoundError, FileNotFoundError, ValueError):
+        return None

@@ -1,0 +1,209 @@
+"""From text to the talker's inputs: clean and split the text, tokenize it with Qwen's tokenizer, and
+assemble the CustomVoice / VoiceDesign prompt exactly as qwen_tts's Qwen3TTSForConditionalGeneration.generate.
+
+Each talker input is a sum of a text-track vector (projected text token, or tts_pad) and a codec-track
+vector (a codec special id's embedding, later the previous frame's 16 summed codebook embeddings).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.errors import InputTextError, ModelFilesError
+from engine.tts.config import TTSConfig
+from engine.tts.model import Talker
+
+# Sentence ends (Latin, CJK, Devanagari, Arabic), then clause marks for over-long sentences.
+_SENTENCE_END = re.compile(r"(?<=[.!?…。！？؟।])\s+|(?<=[。！？])|\n+")
+_CLAUSE_END = re.compile(r"(?<=[,;:，；：、])\s*")
+
+
+def clean_text(text: str) -> str:
+    """Text fit to speak: lone surrogates dropped, control characters and whitespace runs made one space.
+
+    Raises:
+        InputTextError: nothing speakable is left.
+    """
+    if not isinstance(text, str):
+        raise InputTextError(f"text must be a string, got {type(text).__name__}")
+    kept = []
+    for ch in text:
+        cat = unicodedata.category(ch)
+        if cat == "Cs":  # a lone surrogate cannot be encoded as UTF-8, so no tokenizer can take it
+            continue
+        kept.append(" " if cat == "Cc" or cat in ("Zl", "Zp") else ch)
+    cleaned = re.sub(r"[ \t\u00a0\u3000]+", " ", "".join(kept))
+    cleaned = "\n".join(line.strip() for line in cleaned.split("\n") if line.strip())
+    if not any(unicodedata.category(ch)[0] in "LNSP" for ch in cleaned):
+        raise InputTextError("nothing to speak: the text is empty or holds only spaces and control characters")
+    return cleaned
+
+
+def split_text(text: str, max_chars: int) -> list[str]:
+    """Split cleaned text into segments of at most max_chars, at sentence ends where possible.
+
+    Sentences are packed together up to max_chars; a longer sentence is cut at clause marks, then
+    at spaces, and only then mid-word, so no segment exceeds max_chars.
+    """
+    pieces: list[str] = []
+    for sentence in filter(None, (s.strip() for s in _SENTENCE_END.split(text))):
+        if len(sentence) <= max_chars:
+            pieces.append(sentence)
+            continue
+        for clause in filter(None, (c.strip() for c in _CLAUSE_END.split(sentence))):
+            while len(clause) > max_chars:
+                cut = clause.rfind(" ", 0, max_chars + 1)
+                cut = cut if cut > max_chars // 2 else max_chars
+                pieces.append(clause[:cut].strip())
+                clause = clause[cut:].strip()
+            if clause:
+                pieces.append(clause)
+    segments: list[str] = []
+    for piece in pieces:
+        if segments and len(segments[-1]) + 1 + len(piece) <= max_chars:
+            segments[-1] += " " + piece
+        else:
+            segments.append(piece)
+    return segments
+
+
+def load_tokenizer(folder: Path):
+    """Qwen's own tokenizer from the checkpoint folder (vocab.json + merges.txt, or tokenizer.json)."""
+    from transformers import AutoTokenizer  # heavy import, only when a model is loaded
+
+    if not any((folder / name).exists() for name in ("tokenizer.json", "vocab.json")):
+        raise ModelFilesError(f"{folder}: no text tokenizer (vocab.json + merges.txt or tokenizer.json) in the checkpoint")
+    try:
+        # fix_mistral_regex=False: transformers 4.57.3 would otherwise swap in Mistral's pre-tokenizer regex
+        # for large vocabularies whose config.json says 4.57.3, which the Qwen checkpoints do
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, fix_mistral_regex=False)
+    except Exception as e:  # transformers raises many types for broken files
+        raise ModelFilesError(f"{folder}: the text tokenizer files cannot be loaded ({e})") from None
+
+
+@dataclass(frozen=True)
+class Voice:
+    """Who speaks and how: resolved against the checkpoint's config."""
+
+    speaker: str | None  # lower-case speaker name (CustomVoice) or None (VoiceDesign)
+    language: str  # lower-case language name or "auto"
+    instruct: str | None = None  # speaking style / voice description, where the model takes one
+
+
+@dataclass(frozen=True)
+class TalkerInputs:
+    """What the talker is fed for one segment: a prefill, then one text-track row per frame."""
+
+    prefill: torch.Tensor  # (T, hidden)
+    track: torch.Tensor  # (N, hidden): the text-track input after frame i is track[i] ...
+    pad: torch.Tensor  # (hidden,): ... and tts_pad once the track is used up
+
+    def text_input(self, frame: int) -> torch.Tensor:
+        return self.track[frame] if frame < self.track.shape[0] else self.pad
+
+
+class PromptBuilder:
+    """Builds the talker's prefill inputs and its text track for one segment of text."""
+
+    def __init__(self, cfg: TTSConfig, tokenizer, talker: Talker):
+        self.cfg, self.tokenizer, self.talker = cfg, tokenizer, talker
+        self.role_ids = self._ids("<|im_start|>assistant\n", specials=True)  # im_start, "assistant", "\n"
+        self.tail_ids = self._ids("<|im_end|>\n<|im_start|>assistant\n", specials=True)
+        if len(self.role_ids) != 3 or self.role_ids[0] != cfg.im_start_id or self.tail_ids[0] != cfg.im_end_id:
+            raise ModelFilesError(
+                f"the checkpoint's tokenizer does not match its config: '<|im_start|>assistant\\n' gives "
+                f"{self.role_ids}, config.json says im_start_token_id={cfg.im_start_id}"
+            )
+
+    def _ids(self, text: str, specials: bool) -> list[int]:
+        # User text never turns into control tokens: "<|im_end|>" typed by a user stays plain text.
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=not specials)["input_ids"]
+
+    def text_ids(self, text: str) -> list[int]:
+        """Token ids of cleaned text, as the official prompt holds them between role and tail."""
+        return self._ids(text, specials=False)
+
+    def resolve(self, speaker: str | None, language: str | None, instruct: str | None) -> Voice:
+        """Check speaker, language and style against the checkpoint; names are case-insensitive.
+
+        Raises:
+            InputTextError: an unknown speaker or language (listing the valid ones), or a style the
+                model does not take.
+        """
+        cfg, talker = self.cfg, self.cfg.talker
+        language = (language or "auto").lower()
+        if language not in cfg.languages:
+            raise InputTextError(f"unknown language '{language}'; this model has: {', '.join(cfg.languages)}")
+        if cfg.model_type == "custom_voice":
+            if not speaker:
+                raise InputTextError(f"choose a speaker; this model has: {', '.join(cfg.speakers)}")
+            if speaker.lower() not in talker.speaker_ids:
+                raise InputTextError(f"unknown speaker '{speaker}'; this model has: {', '.join(cfg.speakers)}")
+            if instruct and cfg.model_size == "0b6":
+                raise InputTextError("this 0.6B model takes no speaking style; the 1.7B CustomVoice model does")
+            return Voice(speaker.lower(), language, instruct or None)
+        if cfg.model_type == "voice_design":
+            if speaker:
+                raise InputTextError("a VoiceDesign model has no built-in speakers: describe the voice instead")
+            if not instruct:
+                raise InputTextError("a VoiceDesign model needs a voice description (instruct)")
+            return Voice(None, language, instruct)
+        raise InputTextError(
+            f"'{cfg.model_type}' models (voice cloning) are not supported yet; use a CustomVoice or VoiceDesign checkpoint"
+        )
+
+    def _codec_prefix(self, voice: Voice) -> list[int | None]:
+        """Codec-track ids of the prefill: think tags (+ language), speaker, pad, bos. None marks the speaker."""
+        t = self.cfg.talker
+        language_id = None if voice.language == "auto" else t.language_ids[voice.language]
+        if voice.speaker and voice.language in ("chinese", "auto") and voice.speaker in t.speaker_dialects:
+            language_id = t.language_ids[t.speaker_dialects[voice.speaker]]  # a dialect speaker's own tongue
+        if language_id is None:
+            tags = [t.codec_nothink_id, t.codec_think_bos_id, t.codec_think_eos_id]
+        else:
+            tags = [t.codec_think_id, t.codec_think_bos_id, language_id, t.codec_think_eos_id]
+        speaker = [t.speaker_ids[voice.speaker]] if voice.speaker else []
+        return tags + speaker + [t.codec_pad_id, t.codec_bos_id]
+
+    @torch.inference_mode()
+    def build(self, text_ids: list[int], voice: Voice, whole_text: bool, device) -> TalkerInputs:
+        """The talker's inputs for one segment of text (token ids, cleaned and non-empty).
+
+        whole_text=True is the official non_streaming_mode (the CustomVoice default): all text in the
+        prefill, the text track all tts_pad. False feeds the text one token per frame after the first.
+        """
+        cfg, talker = self.cfg, self.talker
+
+        def ids(values):
+            return torch.tensor(values, dtype=torch.long, device=device)
+
+        bos, eos, pad = talker.text_embed(ids([cfg.tts_bos_id, cfg.tts_eos_id, cfg.tts_pad_id])).unbind(0)
+        codec = talker.codec_embed(ids(self._codec_prefix(voice)))  # (C, hidden)
+        parts = []
+        if voice.instruct:
+            parts.append(talker.text_embed(ids(self._instruct_ids(voice.instruct))))
+        parts.append(talker.text_embed(ids(self.role_ids)))
+        # tts_pad under each codec tag, tts_bos under the last but one (pad); codec bos is held back
+        C = codec.shape[0]
+        parts.append(torch.cat((pad.expand(C - 2, -1), bos[None])) + codec[:-1])
+        text = talker.text_embed(ids(text_ids))
+        codec_bos = codec[-1]
+        if whole_text:
+            codec_pad = talker.codec_embed(ids([cfg.talker.codec_pad_id]))
+            parts.append(torch.cat((text, eos[None])) + codec_pad)
+            parts.append((pad + codec_bos)[None])
+            track = text[:0]
+        else:
+            parts.append((text[0] + codec_bos)[None])
+            track = torch.cat((text[1:], eos[None]))
+        return TalkerInputs(torch.cat(parts), track, pad)
+
+    def _instruct_ids(self, instruct: str) -> list[int]:
+        user = self._ids("<|im_start|>user\n", specials=True)
+        end = self._ids("<|im_end|>\n", specials=True)
+        return user + self.text_ids(instruct) + end

@@ -1,0 +1,228 @@
+"""The streaming speech engine: text in, 24 kHz PCM chunks out while the model is still generating.
+
+`load_tts` reads a checkpoint folder (config, weights, Qwen tokenizer, speech_tokenizer/ codec);
+`TTSEngine.stream` validates its input at once, then decodes lazily: each frame's 16 codes go through
+the stateful codec as soon as they are sampled, so the first chunk costs a prefill, one frame and
+one frame of codec decode.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from engine.errors import ModelFilesError
+from engine.tts.checkpoint import load_weights
+from engine.tts.codec import load_codec
+from engine.tts.config import TTSConfig, read_json
+from engine.tts.model import Qwen3TTS
+from engine.tts.prompt import PromptBuilder, Voice, clean_text, load_tokenizer, split_text
+from engine.tts.sampling import Sampler, SamplingOptions, new_seed
+
+# Runaway cap: the official model misses EOS in ~0.3-0.5% of runs. Speech runs at 12.5 frames/s and
+# even slow CJK speech (~2.5 characters/s) needs < 5 frames per character, so 6 per character plus a
+# 2 s floor never cuts real speech and ends a runaway within seconds.
+FRAMES_PER_CHAR = 6
+MIN_FRAMES_CAP = 25
+# Long text is spoken in segments of at most this many characters, each its own prefill.
+SEGMENT_CHARS = 400
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of streamed speech."""
+
+    pcm: np.ndarray  # float32 (frames * frame_samples,) at the engine's sample_rate_hz, in [-1, 1]
+    codes: np.ndarray  # int64 (frames, 16): the codec frames this audio was decoded from
+    segment: int  # index of the text segment these frames belong to
+    t_ready: float  # time.perf_counter() when pcm was in host memory
+
+
+class TTSStream:
+    """An iterator of Chunks for one utterance. Iterating does the work.
+
+    Leaving the loop (break, close(), an exception) stops at the next frame; another thread stops it
+    with cancel(). `t_start` is when the text was handed over (the TTFC origin); `seed` reproduces it.
+    """
+
+    def __init__(self, run, seed: int):
+        self.seed = seed
+        self.t_start = time.perf_counter()
+        self._cancelled = threading.Event()
+        self._chunks = run(self._cancelled)
+
+    def __iter__(self) -> Iterator[Chunk]:
+        return self
+
+    def __next__(self) -> Chunk:
+        return next(self._chunks)
+
+    def cancel(self) -> None:
+        """Stop at the next frame (thread-safe); the iterator then ends."""
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def close(self) -> None:
+        self._chunks.close()
+
+
+class TTSEngine:
+    """Qwen3-TTS on one device: speakers and languages from the checkpoint, speech as a stream."""
+
+    def __init__(self, folder: Path, config: TTSConfig, model: Qwen3TTS, prompts: PromptBuilder, codec,
+                 sampling: SamplingOptions, max_frames: int):
+        self.folder, self.config, self.model, self.prompts, self.codec = folder, config, model, prompts, codec
+        self.default_sampling, self.max_frames = sampling, max_frames
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        talker = config.talker
+        vocab = talker.decoder.vocab_size
+        # the official generate() suppresses the top 1024 codec ids (specials), EOS excepted
+        self._suppress = torch.zeros(vocab, dtype=torch.bool, device=self.device)
+        self._suppress[vocab - 1024:] = True
+        self._suppress[talker.codec_eos_id] = False
+
+    @property
+    def speakers(self) -> list[str]:
+        return self.config.speakers
+
+    @property
+    def languages(self) -> list[str]:
+        return self.config.languages
+
+    @property
+    def sample_rate_hz(self) -> int:
+        return self.codec.config.sample_rate_hz
+
+    def stream(self, text: str, speaker: str | None = None, language: str | None = "auto", *,
+               instruct: str | None = None, seed: int | None = None, sampling: SamplingOptions | None = None,
+               whole_text: bool | None = None, chunk_frames: int = 1) -> TTSStream:
+        """Speak `text`; returns a lazy stream of Chunks.
+
+        Args:
+            text: any text; control characters are dropped and long text is split into segments.
+            speaker: a name from `speakers` (CustomVoice models; case-insensitive).
+            language: "auto" or a name from `languages`.
+            instruct: speaking style (1.7B CustomVoice) or voice description (VoiceDesign).
+            seed: makes sampling reproducible; None draws one (the stream's `seed` tells which).
+            sampling: how codes are picked; None uses the checkpoint's generation_config.json.
+            whole_text: True puts each segment's whole text in the prefill (official non_streaming_mode,
+                the default for CustomVoice); False feeds it one token per frame.
+            chunk_frames: codec frames per chunk (1 = 80 ms, the lowest latency).
+
+        Raises:
+            InputTextError: empty text, unknown speaker or language, a style the model does not take.
+        """
+        if chunk_frames < 1:
+            raise ValueError(f"chunk_frames must be >= 1, got {chunk_frames}")
+        voice = self.prompts.resolve(speaker, language, instruct)
+        segments = split_text(clean_text(text), SEGMENT_CHARS)
+        seed = new_seed() if seed is None else int(seed)
+        sampling = sampling or self.default_sampling
+        whole_text = self.config.model_type == "custom_voice" if whole_text is None else whole_text
+
+        def run(cancelled: threading.Event) -> Iterator[Chunk]:
+            codec = self.codec.stream()
+            for index, segment in enumerate(segments):
+                frames = self._frames(segment, voice, seed ^ (index * 0x9E3779B9 & 0xFFFFFFFF), sampling,
+                                      whole_text, cancelled)
+                pending = []
+                for codes in frames:
+                    pending.append(codes)
+                    if len(pending) == chunk_frames:
+                        yield self._chunk(codec, pending, index)
+                        pending = []
+                if pending:
+                    yield self._chunk(codec, pending, index)
+                if cancelled.is_set():
+                    return
+
+        return TTSStream(run, seed)
+
+    def synthesize(self, text: str, speaker: str | None = None, language: str | None = "auto", **options) -> np.ndarray:
+        """The whole utterance as one float32 array at sample_rate_hz (stream() joined)."""
+        chunks = [c.pcm for c in self.stream(text, speaker, language, **options)]
+        return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+
+    def _frames(self, text: str, voice: Voice, seed: int, sampling: SamplingOptions, whole_text: bool,
+                cancelled: threading.Event) -> Iterator[torch.Tensor]:
+        """Codes (16,) of each frame of one segment until EOS, the runaway cap, or cancel."""
+        talker = self.config.talker
+        inputs = self.prompts.build(self.prompts.text_ids(text), voice, whole_text, self.device)
+        cap = min(self.max_frames, MIN_FRAMES_CAP + FRAMES_PER_CHAR * len(text))
+        sampler = Sampler(sampling, seed, talker.decoder.vocab_size, talker.codec_eos_id, self._suppress)
+        state = self.model.begin(inputs.prefill.to(self.dtype), cap)
+        while state.frame < cap and not cancelled.is_set():
+            codes = self.model.sample_frame(state, sampler)
+            if codes is None:
+                return
+            yield codes
+            if cancelled.is_set():
+                return
+            self.model.advance(state, codes, inputs.text_input(state.frame))
+
+    def _chunk(self, codec, frames: list[torch.Tensor], segment: int) -> Chunk:
+        codes = torch.stack(frames)
+        pcm = codec.decode(codes).float().cpu().numpy()
+        return Chunk(pcm=pcm, codes=codes.cpu().numpy(), segment=segment, t_ready=time.perf_counter())
+
+
+def _dtype(device: torch.device, dtype) -> torch.dtype:
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, str):
+        names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+        if dtype not in names:
+            raise ValueError(f"unknown dtype '{dtype}'; choose one of: {', '.join(names)}")
+        return names[dtype]
+    return dtype
+
+
+def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | None = None) -> TTSEngine:
+    """Load a Qwen3-TTS 12 Hz checkpoint folder as published (0.6B or 1.7B; CustomVoice or VoiceDesign).
+
+    Args:
+        path: the folder (config.json, model.safetensors or shards, tokenizer files, speech_tokenizer/).
+        device: "cpu" or "cuda" (or "cuda:N").
+        dtype: float32 (CPU default), bfloat16 (CUDA default) or float16.
+
+    Raises:
+        ModelFilesError: a file is missing, truncated, corrupt or does not match config.json.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ModelFilesError(f"{folder}: no such model folder")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelFilesError("device 'cuda' was asked for, but this machine has no usable CUDA GPU; use device='cpu'")
+    dtype = _dtype(device, dtype)
+    config = TTSConfig.from_file(folder / "config.json")
+    generation = folder / "generation_config.json"
+    defaults = read_json(generation) if generation.exists() else {}
+    with torch.device("meta"):
+        model = Qwen3TTS(config.talker)
+    # a Base model's speaker encoder (voice cloning) is not used by Parley
+    load_weights(model, folder, ignore=("speaker_encoder.",), device=device, dtype=dtype)
+    prompts = PromptBuilder(config, load_tokenizer(folder), model.talker)
+    codec = load_codec(folder / "speech_tokenizer", device=device, dtype=dtype)
+    # codebook-0 codes are the talker's ids below its 1024 specials; codes 1..15 are predictor ids
+    codebook = config.talker.predictor.vocab_size
+    if codec.config.codebook_size != codebook or config.talker.decoder.vocab_size - 1024 != codebook:
+        raise ModelFilesError(
+            f"{folder / 'speech_tokenizer' / 'config.json'}: codebook_size {codec.config.codebook_size} does not "
+            f"match config.json (code predictor vocab_size {codebook}, talker vocab_size "
+            f"{config.talker.decoder.vocab_size}); the speech tokenizer belongs to another model"
+        )
+    # max_new_tokens counts talker tokens as the official generate() does: the last one never becomes a frame
+    max_frames = int(defaults.get("max_new_tokens", 8192)) - 1
+    return TTSEngine(folder, config, model, prompts, codec, SamplingOptions.from_generation_config(defaults),
+                     max_frames)
