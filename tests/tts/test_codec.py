@@ -1,0 +1,368 @@
+"""The speech-tokenizer decoder: streaming equals a full decode, both equal the official qwen_tts
+decoder on the same folder, folders travel both ways between Parley and the official classes, and
+broken folders fail with messages that name the file and the tensor or key."""
+
+import itertools
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from engine.errors import ModelFilesError
+from engine.tts.codec import CodecConfig, CodecDecoder, load_codec
+from engine.tts.testing import codec_files
+from engine.tts.testing.codec_files import codec_config, randomize_decoder, write_codec_folder
+
+FRAMES = 100  # > 12 sliding windows of the tiny config (8 frames), so the KV window is crossed
+# float32, max abs difference: different reduction orders (a 1-frame matmul against a 100-frame
+# one) round differently by ~1e-7 relative, and the conv stack amplifies that; measured 6e-6 (on the
+# CPU, and on CUDA with TF32 off).
+STREAM_ATOL = 5e-5
+# float32 against the official decoder's forward (sdpa attention): measured 0.0 for decode (2.4e-6
+# against its eager attention), 6e-6 for the stream (the stream's own rounding, above).
+OFFICIAL_ATOL = 5e-5
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    return write_codec_folder(tmp_path_factory.mktemp("codec") / "speech_tokenizer", "tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def decoder(tiny_folder):
+    return load_codec(tiny_folder)
+
+
+@pytest.fixture(scope="module")
+def codes(decoder):
+    g = torch.Generator().manual_seed(1)
+    return torch.randint(0, decoder.config.codebook_size, (FRAMES, decoder.config.num_quantizers), generator=g)
+
+
+@pytest.fixture(scope="module")
+def full_audio(decoder, codes):
+    return decoder.decode(codes)
+
+
+@pytest.fixture(scope="module")
+def official():
+    """The official qwen_tts 12 Hz tokenizer classes (test oracle)."""
+    from tests.oracle import import_qwen_tts
+
+    import_qwen_tts()
+    from qwen_tts.core.tokenizer_12hz import modeling_qwen3_tts_tokenizer_v2 as modeling
+
+    return modeling
+
+
+def stream_in_chunks(decoder, codes, sizes):
+    """Decode `codes` through one stream in chunks of the given sizes (cycled), checking each length."""
+    stream, pieces, start = decoder.stream(), [], 0
+    for size in itertools.cycle(sizes):
+        if start >= len(codes):
+            break
+        chunk = codes[start : start + size]
+        pcm = stream.decode(chunk)
+        assert pcm.shape == (len(chunk) * decoder.config.frame_samples,)
+        pieces.append(pcm)
+        start += size
+    return torch.cat(pieces)
+
+
+def carried_tensors(stream):
+    """Every tensor a stream carries (attention carries a (keys, values) pair; the position is an int)."""
+    values = stream._carry.values()
+    return [t for v in values for t in (v if isinstance(v, tuple) else [v]) if torch.is_tensor(t)]
+
+
+def test_tiny_audio_is_mostly_unclipped_and_finite(decoder, full_audio):
+    """The random tiny weights give finite audio that is neither silent nor clipped, so comparisons mean something."""
+    assert full_audio.shape == (FRAMES * decoder.config.frame_samples,) and full_audio.dtype == torch.float32
+    assert torch.isfinite(full_audio).all()
+    assert full_audio.std() > 0.05
+    assert (full_audio.abs() >= 1).float().mean() < 0.05
+
+
+def test_streamed_audio_frame_by_frame_equals_full_decode(decoder, codes, full_audio):
+    """One frame at a time, each call returns that frame's final samples, equal to a full decode."""
+    streamed = stream_in_chunks(decoder, codes, [1])
+    assert (streamed - full_audio).abs().max() < STREAM_ATOL
+
+
+def test_streamed_audio_in_uneven_chunks_equals_full_decode(decoder, codes, full_audio):
+    """Chunks of 1, 3, 7, 2, 5, 11 and 4 frames, crossing the window at every offset, equal a full decode."""
+    streamed = stream_in_chunks(decoder, codes, [1, 3, 7, 2, 5, 11, 4])
+    assert (streamed - full_audio).abs().max() < STREAM_ATOL
+
+
+def test_stream_keeps_only_what_the_window_needs(decoder, codes):
+    """After many windows the carried state is as large as after one: attention keeps sliding_window - 1 frames."""
+    stream = decoder.stream()
+    sizes = []
+    for frame in range(3 * decoder.config.sliding_window):
+        stream.decode(codes[frame : frame + 1])
+        sizes.append(sum(t.numel() for t in carried_tensors(stream)))
+    assert len(set(sizes[decoder.config.sliding_window :])) == 1
+    keys = [v[0] for v in stream._carry.values() if isinstance(v, tuple)]
+    assert len(keys) == decoder.config.num_hidden_layers
+    assert all(k.shape[2] == decoder.config.sliding_window - 1 for k in keys)
+
+
+def test_two_streams_do_not_share_state(decoder, codes, full_audio):
+    """Interleaving two streams over one decoder gives each the audio of its own codes."""
+    first, second = decoder.stream(), decoder.stream()
+    other = codes.flip(0)
+    a, b = [], []
+    for frame in range(20):
+        a.append(first.decode(codes[frame : frame + 1]))
+        b.append(second.decode(other[frame : frame + 1]))
+    assert (torch.cat(a) - full_audio[: 20 * decoder.config.frame_samples]).abs().max() < STREAM_ATOL
+    assert (torch.cat(b) - decoder.decode(other[:20])).abs().max() < STREAM_ATOL
+
+
+def test_decode_rejects_codes_of_the_wrong_shape(decoder, codes):
+    """Codes that are not (frames >= 1, num_quantizers) integers raise a ValueError naming the shape."""
+    with pytest.raises(ValueError, match=r"\(frames >= 1, 16\).*\(100, 15\)"):
+        decoder.decode(codes[:, :15])
+    with pytest.raises(ValueError, match="float"):
+        decoder.stream().decode(codes.float())
+    with pytest.raises(ValueError, match=r"\(0, 16\)"):
+        decoder.stream().decode(codes[:0])
+
+
+@pytest.mark.oracle
+def test_decode_equals_official_decoder_on_parleys_folder(official, tiny_folder, decoder, codes, full_audio):
+    """The official classes load Parley's folder with no missing or unexpected keys, and decode the same waveform."""
+    model, info = official.Qwen3TTSTokenizerV2Model.from_pretrained(str(tiny_folder), output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
+    with torch.inference_mode():
+        expected = model.decoder(codes.T[None])[0, 0]  # (1, 16, frames) -> (1, 1, samples)
+    assert (full_audio - expected).abs().max() < OFFICIAL_ATOL
+    assert (stream_in_chunks(decoder, codes, [1, 4, 2]) - expected).abs().max() < OFFICIAL_ATOL
+
+
+@pytest.mark.oracle
+def test_official_tokenizer_wrapper_loads_parleys_folder(official, tiny_folder, full_audio, codes):
+    """qwen_tts' Qwen3TTSTokenizer (AutoFeatureExtractor + AutoModel) loads the folder and decodes the same audio."""
+    from qwen_tts.inference.qwen3_tts_tokenizer import Qwen3TTSTokenizer
+
+    tokenizer = Qwen3TTSTokenizer.from_pretrained(str(tiny_folder))
+    assert tokenizer.feature_extractor.sampling_rate == 24000
+    wavs, sample_rate = tokenizer.decode([{"audio_codes": codes}])
+    assert sample_rate == 24000
+    assert (torch.from_numpy(wavs[0]) - full_audio).abs().max() < OFFICIAL_ATOL
+
+
+@pytest.mark.oracle
+def test_folder_saved_by_official_classes_loads_and_decodes_identically(official, tmp_path, codes):
+    """A folder the official save_pretrained writes (no head_dim key: the official fallback) loads in load_codec."""
+    from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Config
+
+    config = codec_config("tiny")
+    del config["decoder_config"]["head_dim"]  # the class does not save it unless given
+    model = official.Qwen3TTSTokenizerV2Model(Qwen3TTSTokenizerV2Config.from_dict(config))
+    # The official init leaves codebooks at zero (silence); give it random weights that make sound.
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    weights = CodecDecoder(CodecConfig.from_file(tmp_path / "config.json"))
+    randomize_decoder(weights, torch.Generator().manual_seed(5))
+    model.decoder.load_state_dict(weights.state_dict(), strict=True)
+    model.save_pretrained(tmp_path / "saved")
+
+    decoder = load_codec(tmp_path / "saved")
+    sizes = config["decoder_config"]
+    assert decoder.config.head_dim == sizes["hidden_size"] // sizes["num_attention_heads"]
+    with torch.inference_mode():
+        expected = model.decoder(codes[:40].T[None])[0, 0]
+    assert expected.std() > 0.05
+    assert (decoder.decode(codes[:40]) - expected).abs().max() < OFFICIAL_ATOL
+    assert (stream_in_chunks(decoder, codes[:40], [3, 1]) - expected).abs().max() < OFFICIAL_ATOL
+
+
+def test_bfloat16_stream_tracks_float32_decode(tiny_folder, codes, full_audio):
+    """In bfloat16 the weights and the carried state are bfloat16 and the audio stays close to float32's."""
+    decoder = load_codec(tiny_folder, dtype=torch.bfloat16)
+    stream = decoder.stream()
+    streamed = torch.cat([stream.decode(codes[i : i + 1]) for i in range(40)])
+    carried = carried_tensors(stream)
+    assert carried and all(t.dtype == torch.bfloat16 for t in carried)
+    assert streamed.dtype == torch.float32
+    reference = full_audio[: len(streamed)]
+    assert (streamed - reference).abs().mean() < 0.03
+    assert torch.corrcoef(torch.stack([streamed, reference]))[0, 1] > 0.99
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_float32_stream_equals_cuda_decode_and_cpu(tiny_folder, codes, full_audio):
+    """On CUDA with TF32 off (with it, cuDNN convs alone differ by ~3e-3) the stream equals full decode and CPU."""
+    decoder = load_codec(tiny_folder, device="cuda")
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        full = decoder.decode(codes)
+        streamed = stream_in_chunks(decoder, codes, [1, 3, 7, 2])
+    assert full.device.type == "cuda" and streamed.device.type == "cuda"
+    assert (streamed - full).abs().max() < STREAM_ATOL
+    assert (full.cpu() - full_audio).abs().max() < STREAM_ATOL
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_bfloat16_stream_tracks_float32_decode(tiny_folder, codes, full_audio):
+    """On CUDA in bfloat16 the streamed audio stays close to the float32 decode."""
+    decoder = load_codec(tiny_folder, device="cuda", dtype=torch.bfloat16)
+    streamed = stream_in_chunks(decoder, codes, [1, 3, 7, 2]).cpu()
+    assert (streamed - full_audio).abs().mean() < 0.03
+    assert torch.corrcoef(torch.stack([streamed, full_audio]))[0, 1] > 0.99
+
+
+def test_writer_is_deterministic_per_seed(tmp_path):
+    """The same seed writes the same weights; another seed writes others."""
+    paths = [write_codec_folder(tmp_path / name, "tiny", seed) for name, seed in (("a", 3), ("b", 3), ("c", 4))]
+    blobs = [(p / "model.safetensors").read_bytes() for p in paths]
+    assert blobs[0] == blobs[1] != blobs[2]
+    with safe_open(paths[0] / "model.safetensors", "pt") as f:
+        names = list(f.keys())
+    assert any(n.startswith("encoder.encoder_transformer.") for n in names)
+    dropped = ("encoder.decoder.", "encoder.upsample.", "encoder.decoder_transformer.")  # None in the official
+    assert not any(n.startswith(dropped) for n in names)
+
+
+def test_writer_leaves_nothing_on_error(tmp_path, monkeypatch):
+    """A failure while writing leaves neither the folder nor a partial one behind."""
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(codec_files, "save_file", fail)
+    with pytest.raises(OSError, match="disk full"):
+        write_codec_folder(tmp_path / "speech_tokenizer", "tiny", 0)
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- broken folders ----
+
+
+@pytest.fixture
+def broken(tiny_folder, tmp_path):
+    """A private copy of the tiny folder to break."""
+    return shutil.copytree(tiny_folder, tmp_path / "speech_tokenizer")
+
+
+def rewrite_tensors(folder, change):
+    """Rewrite model.safetensors with `change(tensors)` applied."""
+    path = folder / "model.safetensors"
+    with safe_open(path, "pt") as f:
+        tensors = {name: f.get_tensor(name) for name in f.keys()}
+    change(tensors)
+    save_file(tensors, str(path))
+
+
+def test_missing_folder_is_named(tmp_path):
+    """A folder that does not exist raises ModelFilesError naming it."""
+    with pytest.raises(ModelFilesError, match=r"nowhere: codec folder not found"):
+        load_codec(tmp_path / "nowhere")
+
+
+def test_missing_or_invalid_config_is_named(broken):
+    """A missing config.json, or one that is not JSON, raises ModelFilesError naming the file."""
+    (broken / "config.json").write_text("{not json")
+    with pytest.raises(ModelFilesError, match=r"config\.json: not valid JSON"):
+        load_codec(broken)
+    (broken / "config.json").unlink()
+    with pytest.raises(ModelFilesError, match=r"config\.json: file is missing"):
+        load_codec(broken)
+
+
+@pytest.mark.parametrize(
+    "key", ["decoder_config.sliding_window", "decoder_config.codebook_dim", "decode_upsample_rate"]
+)
+def test_missing_config_key_is_named(broken, key):
+    """A config.json without a key the decoder needs raises ModelFilesError naming the file and the key."""
+    config = json.loads((broken / "config.json").read_text())
+    *sections, leaf = key.split(".")
+    section = config
+    for name in sections:
+        section = section[name]
+    del section[leaf]
+    (broken / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelFilesError, match=rf"config\.json: missing key {key}$"):
+        load_codec(broken)
+
+
+def test_contradictory_config_is_named(broken):
+    """A decode_upsample_rate that the upsampling stages do not multiply to is reported with both values."""
+    config = json.loads((broken / "config.json").read_text())
+    config["decode_upsample_rate"] = 960
+    (broken / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelFilesError, match=r"config\.json: decode_upsample_rate is 960.*multiply to 1920"):
+        load_codec(broken)
+
+
+def test_missing_or_truncated_weights_are_named(broken):
+    """A truncated model.safetensors, or none, raises ModelFilesError naming the file."""
+    path = broken / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelFilesError, match=r"model\.safetensors: cannot read the weights, .*truncated"):
+        load_codec(broken)
+    path.unlink()
+    with pytest.raises(ModelFilesError, match=r"model\.safetensors: file is missing"):
+        load_codec(broken)
+
+
+def test_missing_tensor_is_named(broken):
+    """A decoder tensor absent from model.safetensors raises ModelFilesError naming file and tensor."""
+    rewrite_tensors(broken, lambda t: t.pop("decoder.pre_transformer.layers.1.mlp.up_proj.weight"))
+    name = r"decoder\.pre_transformer\.layers\.1\.mlp\.up_proj\.weight"
+    with pytest.raises(ModelFilesError, match=rf"model\.safetensors: missing tensor {name}$"):
+        load_codec(broken)
+
+
+def test_wrong_shape_tensor_is_named(broken):
+    """A tensor whose shape config.json does not describe raises ModelFilesError with both shapes."""
+    rewrite_tensors(broken, lambda t: t.update({"decoder.pre_conv.conv.weight": torch.zeros(32, 32, 4)}))
+    message = r"model\.safetensors: decoder\.pre_conv\.conv\.weight is \(32, 32, 4\), config\.json says \(32, 32, 3\)"
+    with pytest.raises(ModelFilesError, match=message):
+        load_codec(broken)
+
+
+def test_unexpected_tensor_is_named(broken):
+    """A decoder tensor config.json does not describe (one layer too many) raises ModelFilesError naming it."""
+    name = "decoder.pre_transformer.layers.9.input_layernorm.weight"
+    rewrite_tensors(broken, lambda t: t.update({name: torch.ones(32)}))
+    with pytest.raises(ModelFilesError, match=rf"unexpected tensor {name.replace('.', '[.]')};"):
+        load_codec(broken)
+
+
+# ---- the published model's size ----
+
+
+def test_full_size_config_builds_and_streams_a_first_frame(tmp_path):
+    """The published sizes (1920 samples a frame, window 72, head_dim 64) build, and one frame decodes alone."""
+    (tmp_path / "config.json").write_text(json.dumps(codec_config("full")))
+    config = CodecConfig.from_file(tmp_path / "config.json")
+    sizes = (config.frame_samples, config.sample_rate_hz, config.sliding_window, config.head_dim)
+    assert sizes == (1920, 24000, 72, 64)
+    decoder = CodecDecoder(config).eval()
+    randomize_decoder(decoder, torch.Generator().manual_seed(0))
+    # 271 decoder tensors, as the published speech_tokenizer/model.safetensors holds.
+    assert len(decoder.state_dict()) == 271
+    pcm = decoder.stream().decode(torch.randint(0, config.codebook_size, (1, config.num_quantizers)))
+    assert pcm.shape == (1920,) and torch.isfinite(pcm).all() and pcm.std() > 0
+
+
+@pytest.mark.slow
+@pytest.mark.oracle
+def test_full_size_folder_loads_in_parley_and_official(official, tmp_path):
+    """A full-size folder (~680 MB) loads in both, and a few frames decode to the same waveform."""
+    folder = write_codec_folder(tmp_path / "speech_tokenizer", "full", seed=0)
+    decoder = load_codec(folder)
+    model, info = official.Qwen3TTSTokenizerV2Model.from_pretrained(str(folder), output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
+    codes = torch.randint(0, 2048, (6, 16), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        expected = model.decoder(codes.T[None])[0, 0]
+    assert (decoder.decode(codes) - expected).abs().max() < OFFICIAL_ATOL
+    assert (stream_in_chunks(decoder, codes, [1, 2]) - expected).abs().max() < OFFICIAL_ATOL
