@@ -19,8 +19,12 @@ def _say(args) -> int:
     from engine.models import find_tts_model
     from engine.tts import load_tts
 
-    text = sys.stdin.read() if args.text in (None, "-") else args.text
     out = Path(args.out)
+    # checked before stdin is read or a model loaded: the temporary file goes beside the target
+    if out.is_dir() or not out.parent.is_dir():
+        problem = "it is a folder" if out.is_dir() else f"the folder {out.parent} does not exist"
+        raise ParleyError(f"cannot write {out}: {problem}; choose another --out")
+    text = sys.stdin.read() if args.text in (None, "-") else args.text
     t0 = time.perf_counter()
     tts = load_tts(find_tts_model(args.model), device=args.device, dtype=args.dtype)
     print(f"loaded {tts.folder} on {tts.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)

@@ -76,8 +76,11 @@ def load_tokenizer(folder: Path):
     """Qwen's own tokenizer from the checkpoint folder (vocab.json + merges.txt, or tokenizer.json)."""
     from transformers import AutoTokenizer  # heavy import, only when a model is loaded
 
-    if not any((folder / name).exists() for name in ("tokenizer.json", "vocab.json")):
-        raise ModelFilesError(f"{folder}: no text tokenizer (vocab.json + merges.txt or tokenizer.json) in the checkpoint")
+    # without tokenizer.json, AutoTokenizer needs both vocab.json and merges.txt (a lone vocab.json fails obscurely)
+    missing = [name for name in ("vocab.json", "merges.txt") if not (folder / name).exists()]
+    if missing and not (folder / "tokenizer.json").exists():
+        raise ModelFilesError(f"{folder}: no text tokenizer ({' and '.join(missing)} missing; the checkpoint needs "
+                              "vocab.json + merges.txt or tokenizer.json)")
     try:
         # fix_mistral_regex=False: transformers 4.57.3 would otherwise swap in Mistral's pre-tokenizer regex
         # for large vocabularies whose config.json says 4.57.3, which the Qwen checkpoints do

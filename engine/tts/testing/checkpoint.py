@@ -131,6 +131,7 @@ def write_checkpoint(folder: str | Path, size: str = "tiny", seed: int = 0, shar
         weights = random_weights(TTSConfig.from_file(staging / "config.json"), seed)
         _save_weights(staging, weights, shards)
         write_codec_folder(staging / "speech_tokenizer", "tiny" if size.startswith("tiny") else "full", seed)
+        staging.chmod(0o755)  # mkdtemp makes it owner-only; a checkpoint is an ordinary shared folder
         if folder.exists():
             folder.rmdir()
         os.replace(staging, folder)

@@ -1,0 +1,140 @@
+"""`parley say` end to end: the real command in a subprocess on a generated tiny checkpoint, offline.
+
+The runs that load the model start together in one fixture, so their start-up (importing torch and
+transformers, ~3 s each) overlaps; each test then checks one run's exit code, stderr and files.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import soundfile
+
+from engine.models import DEFAULT_TTS_REPO
+
+FRAMES = 6  # short_checkpoint stops at 6 frames (max_new_tokens=7)
+FRAME_SAMPLES = 1920  # 80 ms at 24 kHz
+TEXT = "Hello there."
+
+
+def offline_env(folder):
+    """The environment of an offline machine with nothing downloaded: PARLEY_MODELS and HF_HOME are empty folders."""
+    # a cache path of its own would override HF_HOME, and a default model would override the lookup
+    dropped = ("PARLEY_TTS_MODEL", "XDG_DATA_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    for name in ("models", "hf"):
+        (folder / name).mkdir()
+    env.update(PARLEY_MODELS=str(folder / "models"), HF_HOME=str(folder / "hf"), HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")  # one thread each: the runs share the CPU
+    return env
+
+
+def start(cwd, env, *args):
+    """Start `parley say ARGS` (python -m engine.cli) in folder cwd; returns the Popen, text mode."""
+    return subprocess.Popen([sys.executable, "-m", "engine.cli", "say", *map(str, args)], cwd=cwd, env=env,
+                            text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish(process, stdin=""):
+    """Wait for a started run: (exit code, stderr)."""
+    _, err = process.communicate(stdin, timeout=120)
+    return process.returncode, err
+
+
+def parley(tmp_path, *args):
+    """Run `parley say ARGS` to the end, offline, in a new empty folder: (exit code, stderr, that folder)."""
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    return (*finish(start(cwd, offline_env(tmp_path), *args)), cwd)
+
+
+@pytest.fixture(scope="module")
+def runs(short_checkpoint, tmp_path_factory):
+    """The runs that load the model, started together: name -> (exit code, stderr, the run's folder)."""
+    env = offline_env(tmp_path_factory.mktemp("offline"))
+    folders = {name: tmp_path_factory.mktemp(name) for name in ("argument", "stdin", "nobody")}
+    common = ("--model", short_checkpoint, "--seed", 1, "--speaker", "ryan")
+    started = {
+        "argument": start(folders["argument"], env, TEXT, "--out", "speech.wav", *common),
+        "stdin": start(folders["stdin"], env, "--out", "speech.wav", *common),
+        "nobody": start(folders["nobody"], env, TEXT, "--out", "speech.wav", "--model", short_checkpoint,
+                        "--speaker", "nobody"),
+    }
+    stdin = {"stdin": TEXT + "\n"}
+    try:
+        return {name: (*finish(p, stdin.get(name, "")), folders[name]) for name, p in started.items()}
+    finally:
+        for p in started.values():  # only after a failure is one still running
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_say_writes_a_24khz_mono_wav_and_reports_ttfc_and_rtf(runs):
+    """`parley say TEXT --out F` exits 0, writes a 24 kHz mono WAV of the capped 6 frames, prints TTFC and RTF."""
+    code, err, folder = runs["argument"]
+    assert code == 0, err
+    audio, rate = soundfile.read(folder / "speech.wav", dtype="float32")
+    info = soundfile.info(folder / "speech.wav")
+    assert rate == 24000 and info.channels == 1 and info.subtype == "PCM_16"
+    assert audio.shape == (FRAMES * FRAME_SAMPLES,) and np.abs(audio).max() > 0
+    assert re.search(r"TTFC \d+ ms, RTF \d+\.\d+", err), err
+    assert sorted(p.name for p in folder.iterdir()) == ["speech.wav"]  # the temporary file was renamed
+
+
+def test_say_reads_the_text_from_stdin_when_none_is_given(runs):
+    """With no text argument the text comes from stdin: the same text and seed give the same samples."""
+    code, err, folder = runs["stdin"]
+    assert code == 0, err
+    from_stdin, _ = soundfile.read(folder / "speech.wav", dtype="int16")
+    from_argument, _ = soundfile.read(runs["argument"][2] / "speech.wav", dtype="int16")
+    np.testing.assert_array_equal(from_stdin, from_argument)
+
+
+def test_unknown_speaker_lists_the_valid_ones_and_leaves_no_file(runs, short_tts):
+    """`--speaker nobody` exits non-zero naming every valid speaker, and leaves no file, not even a temporary one."""
+    code, err, folder = runs["nobody"]
+    assert code == 2
+    assert "unknown speaker 'nobody'" in err and all(s in err for s in short_tts.speakers)
+    assert "Traceback" not in err
+    assert list(folder.iterdir()) == []
+
+
+def test_missing_model_folder_is_named_with_exit_code_2(tmp_path):
+    """A --model folder that does not exist exits 2 with a message naming it, and no traceback."""
+    code, err, cwd = parley(tmp_path, TEXT, "--out", "speech.wav", "--model", tmp_path / "nowhere")
+    assert code == 2
+    assert f"parley: {tmp_path / 'nowhere'}: no such model folder" in err and "Traceback" not in err
+    assert list(cwd.iterdir()) == []
+
+
+def test_missing_default_model_says_how_to_download_it(tmp_path):
+    """Offline with empty model folders and no --model, the message names the default model and the download command."""
+    code, err, cwd = parley(tmp_path, TEXT, "--out", "speech.wav")
+    assert code == 2
+    assert f"the speech model {DEFAULT_TTS_REPO} is not on this machine" in err
+    local = tmp_path / "models" / DEFAULT_TTS_REPO.split("/")[1]
+    assert f"huggingface-cli download {DEFAULT_TTS_REPO} --local-dir {local}" in err
+    assert "Traceback" not in err and list(cwd.iterdir()) == []
+
+
+def test_output_folder_that_does_not_exist_is_named_before_loading(tmp_path, short_checkpoint):
+    """--out in a missing folder exits 2 naming that folder, before any model is loaded, and creates nothing."""
+    out = tmp_path / "no" / "such" / "speech.wav"
+    code, err, cwd = parley(tmp_path, TEXT, "--out", out, "--model", short_checkpoint)
+    assert code == 2
+    assert f"cannot write {out}: the folder {out.parent} does not exist" in err
+    assert "loaded" not in err and "Traceback" not in err  # failed before the model was loaded
+    assert not (tmp_path / "no").exists() and list(cwd.iterdir()) == []
+
+
+def test_output_path_that_is_a_folder_is_refused_before_loading(tmp_path, short_checkpoint):
+    """--out naming an existing folder exits 2 with a clear message, before any model is loaded."""
+    out = tmp_path / "a_folder"
+    out.mkdir()
+    code, err, _ = parley(tmp_path, TEXT, "--out", out, "--model", short_checkpoint)
+    assert code == 2 and f"cannot write {out}: it is a folder" in err
+    assert "loaded" not in err and "Traceback" not in err and list(out.iterdir()) == []
