@@ -24,6 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from engine.errors import ModelFilesError
 from engine.tts.checkpoint import load_weights
 from engine.tts.config import read_json
+from engine.tts.model import RMSNorm, rotate_half
 
 __all__ = ["CodecConfig", "CodecDecoder", "CodecStream", "load_codec"]
 
@@ -361,20 +362,6 @@ class DecoderBlock(nn.Module):
 # ---- the pre-transformer: sliding-window causal attention over frames ----
 
 
-class RMSNorm(nn.Module):
-    """RMSNorm computed in float32, as the official (a T5 LayerNorm)."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
-
-
 class LayerScale(nn.Module):
     """A learnt per-channel scale on a residual branch."""
 
@@ -384,12 +371,6 @@ class LayerScale(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.scale * x
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE on (B, H, T, D) with the two halves of D paired (rotate_half convention)."""
-    first, second = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-second, first], dim=-1) * sin
 
 
 class Attention(nn.Module):
@@ -413,7 +394,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = self.k_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, KV, T, D)
         v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         if carry is not None:
             past = carry.get(self)
             if past is not None:
