@@ -1,7 +1,8 @@
-"""GPU benchmark of the speech engine (PyTorch eager path; the megakernel and CUDA-graph rows come with issue 3).
+"""GPU benchmark of the speech engine: PyTorch eager beside the megakernel's decoder steps, one table, one run.
 
 Method: a random-weight checkpoint in the official layout (written once under --cache), bf16 on the
-GPU. Stage times: CUDA events around each call after a warm-up, p50/p95 over --frames frames: the
+GPU, loaded twice: PyTorch eager, and with the megakernel attached (each one-token decoder step in one
+persistent launch; heads, sampling and embeddings still PyTorch ops). Stage times: CUDA events around each call after a warm-up, p50/p95 over --frames frames: the
 talker step (16-embedding sum + 28-layer step + codec head), the code-predictor frame (codebook-0
 pick + 15 predictor passes with their heads and picks) and the codec's decode of one frame. TTFC is
 text handed over -> first PCM chunk in host memory (wall clock, --runs runs); RTF is wall time / audio
@@ -101,31 +102,30 @@ def main() -> int:
     folder = Path(args.cache) / args.size
     if not (folder / "config.json").exists():
         write_checkpoint(folder, args.size, seed=0)
-    tts = load_tts(folder, device="cuda")
     bandwidth = copy_bandwidth_gbs()
-    talker_bytes = sum(p.numel() * p.element_size() for n, p in tts.model.talker.model.layers.named_parameters())
+    results = {}
+    for name, kernel in (("PyTorch eager", False), ("megakernel", True)):
+        tts = load_tts(folder, device="cuda", megakernel=kernel)
+        list(zip(range(10), tts.stream(TEXT, tts.speakers[0], seed=0)))  # warm-up (and the kernel's build)
+        results[name] = (*stage_times(tts, args.frames), *stream_times(tts, args.runs, args.seconds))
+    layers = tts.model.talker.model.layers
+    talker_bytes = sum(p.numel() * p.element_size() for p in layers.parameters())
     talker_bytes += tts.model.talker.codec_head.weight.numel() * 2
     predictor = tts.model.talker.code_predictor
     predictor_bytes = sum(p.numel() * p.element_size() for p in predictor.model.layers.parameters())
     predictor_bytes = 15 * (predictor_bytes + predictor.lm_head[0].weight.numel() * 2)
-    list(zip(range(10), tts.stream(TEXT, tts.speakers[0], seed=0)))  # warm-up
-    step, pred, dec = stage_times(tts, args.frames)
-    ttfc, rtf = stream_times(tts, args.runs, args.seconds)
-
-    def row(name, values, floor_ms=None):
-        p50, p95 = np.percentile(values, 50), np.percentile(values, 95)
-        floor = f"{floor_ms:.3f} | {p50 / floor_ms:.0f}x" if floor_ms else "- | -"
-        return f"| {name} | {p50:.3f} | {p95:.3f} | {floor} |"
-
-    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.size} bf16, PyTorch eager; "
-          f"copy bandwidth {bandwidth:.0f} GB/s\n")
-    print("| figure | p50 | p95 | floor | p50 / floor |")
-    print("|---|---|---|---|---|")
-    print(row("talker step (ms)", step, talker_bytes / bandwidth / 1e6))
-    print(row("code-predictor frame (ms)", pred, predictor_bytes / bandwidth / 1e6))
-    print(row("codec frame (ms)", dec))
-    print(row("TTFC (ms)", ttfc))
-    print(row(f"RTF over {args.seconds:.0f} s", rtf))
+    floors = [talker_bytes / bandwidth / 1e6, predictor_bytes / bandwidth / 1e6, None, None, None]
+    names = ["talker step (ms)", "code-predictor frame (ms)", "codec frame (ms)", "TTFC (ms)",
+             f"RTF over {args.seconds:.0f} s"]
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.size} bf16; "
+          f"copy bandwidth {bandwidth:.0f} GB/s (same run)\n")
+    print("| figure | eager p50 | eager p95 | megakernel p50 | megakernel p95 | speed-up p50 | floor | megakernel / floor |")
+    print("|---|---|---|---|---|---|---|---|")
+    for i, (name, floor) in enumerate(zip(names, floors)):
+        e, k = results["PyTorch eager"][i], results["megakernel"][i]
+        e50, e95, k50, k95 = (np.percentile(v, q) for v in (e, k) for q in (50, 95))
+        tail = f"{floor:.3f} | {k50 / floor:.1f}x" if floor else "- | -"
+        print(f"| {name} | {e50:.3f} | {e95:.3f} | {k50:.3f} | {k95:.3f} | {e50 / k50:.1f}x | {tail} |")
     return 0
 
 

@@ -120,6 +120,8 @@ class DecoderStack(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self._inv_freq: torch.Tensor | None = None
+        # set by engine.tts.megakernel.attach: one-token steps then run in one persistent CUDA launch
+        self.kernel_step = None
 
     def rotary(self, start: int, T: int, like: torch.Tensor):
         """cos, sin (T, head_dim) for positions start..start+T-1, computed in float32 (as the official code)."""
@@ -136,6 +138,8 @@ class DecoderStack(nn.Module):
         """x (T, hidden) -> final-normed hidden states (T, hidden); advances the cache by T."""
         if cache.length + x.shape[0] > cache.capacity:
             raise RuntimeError(f"KV cache full: {cache.length} + {x.shape[0]} > {cache.capacity}")
+        if self.kernel_step is not None and x.shape[0] == 1:
+            return self.kernel_step(x, cache)
         cos, sin = self.rotary(cache.length, x.shape[0], x)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, cache, i)

@@ -8,6 +8,7 @@ one frame of codec decode.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from engine.tts.config import TTSConfig, read_json
 from engine.tts.model import Qwen3TTS
 from engine.tts.prompt import PromptBuilder, Voice, clean_text, load_tokenizer, split_text
 from engine.tts.sampling import Sampler, SamplingOptions, new_seed
+
+log = logging.getLogger(__name__)
 
 # Runaway cap: the official model misses EOS in ~0.3-0.5% of runs. Speech runs at 12.5 frames/s and
 # even slow CJK speech (~2.5 characters/s) needs < 5 frames per character, so 6 per character plus a
@@ -187,13 +190,16 @@ def _dtype(device: torch.device, dtype) -> torch.dtype:
     return dtype
 
 
-def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | None = None) -> TTSEngine:
+def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | None = None,
+             megakernel: bool | None = None) -> TTSEngine:
     """Load a Qwen3-TTS 12 Hz checkpoint folder as published (0.6B or 1.7B; CustomVoice or VoiceDesign).
 
     Args:
         path: the folder (config.json, model.safetensors or shards, tokenizer files, speech_tokenizer/).
         device: "cpu" or "cuda" (or "cuda:N").
         dtype: float32 (CPU default), bfloat16 (CUDA default) or float16.
+        megakernel: run decode steps in the CUDA megakernel; None = wherever it can run (CUDA, bf16),
+            falling back to PyTorch with a logged warning; True = required; False = never.
 
     Raises:
         ModelFilesError: a file is missing, truncated, corrupt or does not match config.json.
@@ -212,6 +218,15 @@ def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | N
         model = Qwen3TTS(config.talker)
     # a Base model's speaker encoder (voice cloning) is not used by Parley
     load_weights(model, folder, ignore=("speaker_encoder.",), device=device, dtype=dtype)
+    if megakernel or (megakernel is None and device.type == "cuda" and dtype == torch.bfloat16):
+        from engine.tts.megakernel import MegakernelUnavailable, attach
+
+        try:
+            attach(model)
+        except MegakernelUnavailable as e:
+            if megakernel:
+                raise
+            log.warning("%s; using the PyTorch engine", e)
     prompts = PromptBuilder(config, load_tokenizer(folder), model.talker)
     codec = load_codec(folder / "speech_tokenizer", device=device, dtype=dtype)
     # codebook-0 codes are the talker's ids below its 1024 specials; codes 1..15 are predictor ids
