@@ -26,25 +26,21 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Block-wide sum / max; `scratch` holds kWarps floats of shared memory. Every thread gets the result.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
+// Block-wide reduction of one value per thread; `scratch` holds kWarps floats of shared memory and
+// `identity` fills the lanes past the last warp. Every thread gets the result.
+template <float (*warp_op)(float)>
+__device__ __forceinline__ float block_reduce(float v, float* scratch, float identity) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_sum(v);
+  v = warp_op(v);
   __syncthreads();
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  v = lane < kWarps ? scratch[lane] : 0.f;
-  return warp_sum(v);
+  return warp_op(lane < kWarps ? scratch[lane] : identity);
 }
 
+__device__ __forceinline__ float block_sum(float v, float* scratch) { return block_reduce<warp_sum>(v, scratch, 0.f); }
 __device__ __forceinline__ float block_max(float v, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < kWarps ? scratch[lane] : -INFINITY;
-  return warp_max(v);
+  return block_reduce<warp_max>(v, scratch, -INFINITY);
 }
 
 // One 16-byte load of 8 bf16 weights, dotted with 8 fp32 activations from shared memory.
