@@ -15,3 +15,7 @@ class InputTextError(ParleyError, ValueError):
 
 class AudioDeviceError(ParleyError):
     """An audio device is missing, busy, or was lost."""
+
+
+class HistoryError(ParleyError):
+    """The conversation history database cannot be read or written (locked, disk full, corrupt)."""

