@@ -1,0 +1,102 @@
+"""Sound devices as PortAudio (through sounddevice) reports them: listing, and picking one by name or index.
+
+Player and Microphone resolve their `device` argument here, so a bad name fails the same way for both:
+an AudioDeviceError that lists what this machine has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from engine.errors import AudioDeviceError
+
+Kind = Literal["output", "input"]
+
+
+def sounddevice():
+    """The sounddevice module, or an AudioDeviceError saying how to get PortAudio.
+
+    Imported on first use, not at module import: sounddevice loads the PortAudio library when it is
+    imported, and `import engine.audio` should not fail on a machine without it.
+    """
+    try:
+        import sounddevice as sd
+    except ImportError as e:
+        raise AudioDeviceError("sounddevice is not installed; pip install sounddevice==0.5.6") from e
+    except OSError as e:  # sounddevice brings no PortAudio on Linux: it raises OSError without one
+        raise AudioDeviceError(
+            f"the PortAudio library is missing ({e}); install it with: apt-get install libportaudio2"
+        ) from e
+    return sd
+
+
+@dataclass(frozen=True)
+class Device:
+    """One PortAudio device that can play (output) or record (input)."""
+
+    index: int  # PortAudio's device index, stable while this process runs
+    name: str  # e.g. 'default', 'pulse', 'HDA Intel PCH: ALC887 Analog (hw:0,0)'
+    channels: int  # the most channels it takes in this direction
+    default_rate_hz: float  # the rate it runs at when asked for none
+
+
+def list_devices(kind: Kind) -> list[Device]:
+    """The devices that can play (kind='output') or record (kind='input'), in PortAudio's order.
+
+    Raises:
+        ValueError: kind is neither 'output' nor 'input'.
+        AudioDeviceError: PortAudio is missing.
+    """
+    if kind not in ("output", "input"):
+        raise ValueError(f"kind must be 'output' or 'input', got {kind!r}")
+    key = f"max_{kind}_channels"
+    return [
+        Device(index=d["index"], name=d["name"], channels=d[key], default_rate_hz=d["default_samplerate"])
+        for d in sounddevice().query_devices()
+        if d[key] > 0
+    ]
+
+
+def find_device(device: str | int | None, kind: Kind) -> Device:
+    """The device a user asked for: None is the system default, an int an index, a str a name or part of one.
+
+    A name matches case-insensitively; an exact name wins over names that merely contain it.
+
+    Raises:
+        AudioDeviceError: no such device, the name matches several, or there is no device of this kind;
+            the message lists the devices of this kind.
+    """
+    sd = sounddevice()
+    devices = list_devices(kind)
+    available = ", ".join(f"{d.index}: {d.name!r}" for d in devices) or "none"
+    if device is None:
+        index = sd.default.device[0 if kind == "input" else 1]
+        if index is None or index < 0:
+            if not devices:
+                raise AudioDeviceError(
+                    f"this machine has no {kind} device; connect one (or start PulseAudio) and try again"
+                )
+            index = devices[0].index  # PortAudio names no default but has devices: take the first
+        device = int(index)
+    if isinstance(device, int):
+        for d in devices:
+            if d.index == device:
+                return d
+        raise AudioDeviceError(f"no {kind} device has index {device}; {kind} devices: {available}")
+    wanted = str(device).lower()
+    exact = [d for d in devices if d.name.lower() == wanted]
+    if exact:
+        return exact[0]
+    partial = [d for d in devices if wanted in d.name.lower()]
+    if len(partial) == 1:
+        return partial[0]
+    if not partial:
+        raise AudioDeviceError(f"no {kind} device is named like {device!r}; {kind} devices: {available}")
+    names = ", ".join(f"{d.index}: {d.name!r}" for d in partial)
+    raise AudioDeviceError(f"{device!r} matches several {kind} devices ({names}); give more of the name or an index")
+
+
+def describe(device: Device) -> str:
+    """A device as error messages name it: 'default' (index 1)."""
+    return f"{device.name!r} (index {device.index})"

@@ -1,0 +1,105 @@
+"""A private PulseAudio server with a null sink, so the audio tests drive real PortAudio streams without a sound card.
+
+ALSA's default device routes to PulseAudio (libasound2-plugins), the null sink 'vsink' plays at 48 kHz
+on PulseAudio's clock, and its monitor is the default source: what a Player plays, a Microphone records.
+The server runs in its own runtime directory, so a desktop's own PulseAudio is never touched.
+It must be up before sounddevice is first imported: PortAudio lists devices once, at import.
+"""
+
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+NULL_SINK_RATE_HZ = 48_000
+
+
+class PulseServer:
+    """One pulseaudio daemon in a runtime directory of its own; start(), kill(), ensure_running()."""
+
+    def __init__(self, runtime_dir: Path):
+        self.runtime_dir = runtime_dir
+        self.env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime_dir), "PULSE_RUNTIME_PATH": str(runtime_dir / "pulse")}
+        self.env.pop("PULSE_SERVER", None)
+
+    def pid(self) -> int | None:
+        """The server's process id while it runs; None once it has exited, zombie or not."""
+        try:
+            pid = int((self.runtime_dir / "pulse" / "pid").read_text().split()[0])
+            # a killed daemon's parent is init, which may reap it late: kill(pid, 0) alone would
+            # still find the zombie, so read its state (the field after the parenthesised name)
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, ValueError, IndexError):
+            return None
+        return None if state in ("Z", "X") else pid
+
+    def start(self) -> None:
+        # As root, pulseaudio warns ("not intended to be run as root") but runs; --system is not
+        # needed. --daemonize returns once the server is ready. auth-anonymous=1: no cookie to share.
+        cmd = [
+            "pulseaudio", "-n", "--daemonize=yes", "--exit-idle-time=-1", "--disallow-exit",
+            "-L", f"module-null-sink sink_name=vsink rate={NULL_SINK_RATE_HZ}",
+            "-L", "module-native-protocol-unix auth-anonymous=1",
+            "-L", "module-always-sink",
+        ]  # fmt: skip
+        done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=30)
+        info = subprocess.run(["pactl", "info"], env=self.env, capture_output=True, text=True, timeout=10)
+        if done.returncode or "Default Sink: vsink" not in info.stdout:
+            raise RuntimeError(f"pulseaudio did not start: {done.stderr.strip()} / {info.stderr.strip()}")
+
+    def kill(self) -> None:
+        """Ends the server at once, as a crash or an unplugged device would, and waits until it has gone."""
+        pid = self.pid()
+        if pid is None:
+            return
+        fd = os.pidfd_open(pid)  # a pidfd becomes readable when the process exits: a wait with no polling
+        try:
+            os.kill(pid, signal.SIGKILL)
+            select.select([fd], [], [], 10)
+        finally:
+            os.close(fd)
+
+    def ensure_running(self) -> None:
+        if self.pid() is None:
+            (self.runtime_dir / "pulse" / "pid").unlink(missing_ok=True)  # stale after a kill
+            self.start()
+
+
+@pytest.fixture(scope="session")
+def pulse_server():
+    """The session's PulseAudio server, started here and stopped at the end; skips when pulseaudio is absent."""
+    if not (shutil.which("pulseaudio") and shutil.which("pactl")):
+        pytest.skip(
+            "pulseaudio is not installed: "
+            "apt-get install --no-install-recommends pulseaudio pulseaudio-utils libasound2-plugins"
+        )
+    # a short path: a unix socket's path must fit in 108 bytes
+    runtime_dir = Path(tempfile.mkdtemp(prefix="parley-pulse-"))
+    runtime_dir.chmod(0o700)
+    server = PulseServer(runtime_dir)
+    saved = {k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "PULSE_RUNTIME_PATH", "PULSE_SERVER")}
+    server.start()
+    os.environ.update({k: server.env[k] for k in ("XDG_RUNTIME_DIR", "PULSE_RUNTIME_PATH")})
+    os.environ.pop("PULSE_SERVER", None)
+    try:
+        yield server
+    finally:
+        server.kill()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(runtime_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def sound_server(pulse_server):
+    """The server, restarted if an earlier test killed it."""
+    pulse_server.ensure_running()
+    return pulse_server
