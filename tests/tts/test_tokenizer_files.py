@@ -12,7 +12,7 @@ from base64 import b64decode
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import ModelFilesError
@@ -127,6 +127,9 @@ def test_full_tokenizer_equals_tiktoken_on_a_varied_corpus(full, tiktoken_qwen):
 def test_full_tokenizer_equals_tiktoken_on_any_text(full, tiktoken_qwen, text):
     """On arbitrary text the full files and tiktoken agree, once both see the same NFC text."""
     tokenizer = full[2]
+    # added tokens that are not "special" (<|file_sep|>, <think>, ...) stay whole even with
+    # split_special_tokens=True, as in the official tokenizer; tiktoken's BPE knows none of them
+    assume(not any(name in text for name, _ in ADDED_TOKENS))
     # tokenizers' NFC uses older Unicode tables than Python's: marks added since (U+09FE, U+1DF9,
     # U+089F, ...) are not reordered there. The official tokenizer.json-less folders load the same
     # way, so that is the official behaviour; this test is about vocab, merges and the regex.
