@@ -1,0 +1,144 @@
+"""Latency figures of a conversation, each defined once here (DESIGN.md section 5).
+
+The pipeline (engine/pipeline.py) measures one `TurnMetrics` per turn and hands it to a
+`MetricsRecorder`, which keeps a rolling window per figure, reports p50/p95, and delivers each turn's
+figures as an event to its subscribers (the app shows them; it measures nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FIGURES", "Figure", "MetricsRecorder", "TurnMetrics", "percentile"]
+
+
+@dataclass(frozen=True)
+class TurnMetrics:
+    """The figures of one turn; None where the turn never reached the point that ends a figure
+    (a typed turn has no speech, a turn stopped before the first token has no TTFT).
+
+    All times are wall time from time.perf_counter().
+    """
+
+    turn: int = 0
+    """0, 1, 2, ... in the order the pipeline ran the turns."""
+    stt_ms: float | None = None
+    """STT: end of the user's speech -> final transcript. Voice turns only."""
+    llm_ttft_ms: float | None = None
+    """LLM TTFT: the request to the LLM -> its first token with text."""
+    llm_first_clause_ms: float | None = None
+    """LLM first clause: the request to the LLM -> the first complete clause out of the clause splitter."""
+    tts_ttfc_ms: float | None = None
+    """TTS TTFC: the first clause handed to the TTS engine -> its first PCM chunk in host memory."""
+    tts_rtf: float | None = None
+    """TTS RTF: synthesis wall time / duration of the audio made, over all clauses of the turn (< 1 is
+    faster than real time). Synthesis time runs from each clause's hand-over to its last chunk."""
+    voice_to_voice_ms: float | None = None
+    """Voice-to-voice: end of the user's speech -> the reply's first audio sample handed to the sound
+    card (the Player's UtteranceStarted.t_first_sample). Voice turns only."""
+    underruns: int = 0
+    """Player callbacks during the turn that ran out of audio mid-reply: audible gaps."""
+    interrupted: bool = False
+    """The turn was stopped (barge-in) before its reply had played out."""
+
+    def as_dict(self) -> dict[str, float]:
+        """The figures that were measured, by name (for Turn.metrics in engine/history.py)."""
+        return {name: float(value) for name, value in asdict(self).items()
+                if name in FIGURES and value is not None}
+
+
+FIGURES: tuple[str, ...] = tuple(f.name for f in fields(TurnMetrics) if f.name not in ("turn", "interrupted"))
+"""The names of the figures that have percentiles, in display order."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure over the recorder's window: how many turns measured it, median and 95th percentile."""
+
+    count: int
+    p50: float
+    p95: float
+
+
+def percentile(values, q: float) -> float:
+    """The q-th percentile (0..100) of values, interpolated linearly between ranks (numpy's default).
+
+    Raises:
+        ValueError: no values, or q outside 0..100.
+    """
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile q must be in 0..100, got {q}")
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("percentile of no values")
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+class MetricsRecorder:
+    """Rolling windows of the last `window` turns per figure; thread-safe.
+
+        recorder = MetricsRecorder()
+        unsubscribe = recorder.subscribe(lambda m: print(m.tts_ttfc_ms))
+        recorder.record(TurnMetrics(tts_ttfc_ms=180.0))
+        recorder.summary()["tts_ttfc_ms"].p50  # 180.0
+
+    Subscribers are called on the thread that calls record(), after the windows are updated, in the
+    order they subscribed; one that raises is logged and the others still run.
+    """
+
+    def __init__(self, window: int = 100):
+        if window < 1:
+            raise ValueError(f"window must be >= 1 turn, got {window}")
+        self.window = window
+        self._lock = threading.Lock()
+        self._values: dict[str, deque[float]] = {name: deque(maxlen=window) for name in FIGURES}
+        self._subscribers: list[Callable[[TurnMetrics], None]] = []
+        self._turns = 0
+
+    def subscribe(self, callback: Callable[[TurnMetrics], None]) -> Callable[[], None]:
+        """Call `callback(metrics)` for each turn recorded from now on; returns the function that unsubscribes."""
+        with self._lock:
+            self._subscribers.append(callback)
+
+        def unsubscribe():
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def record(self, metrics: TurnMetrics) -> None:
+        """Add one turn's figures to the windows (a None or non-finite figure is left out) and deliver it."""
+        with self._lock:
+            for name, value in metrics.as_dict().items():
+                if math.isfinite(value):
+                    self._values[name].append(value)
+            self._turns += 1
+            subscribers = list(self._subscribers)
+        for callback in subscribers:  # outside the lock: a subscriber may read summary()
+            try:
+                callback(metrics)
+            except Exception:
+                log.exception("a metrics subscriber failed on turn %d", metrics.turn)
+
+    @property
+    def turns(self) -> int:
+        """How many turns have been recorded."""
+        with self._lock:
+            return self._turns
+
+    def summary(self) -> Mapping[str, Figure]:
+        """p50 and p95 of each figure over its window; figures no turn has measured yet are absent."""
+        with self._lock:
+            snapshot = {name: list(values) for name, values in self._values.items() if values}
+        return {name: Figure(len(v), percentile(v, 50), percentile(v, 95)) for name, v in snapshot.items()}
