@@ -1,4 +1,5 @@
-"""The `parley` command line: `parley say` speaks text to a WAV file and prints TTFC and RTF."""
+"""The `parley` command line: `parley say` speaks text to a WAV file and prints TTFC and RTF;
+`parley chat --text` holds a typed conversation, each reply printed and spoken, its figures on stderr."""
 
 from __future__ import annotations
 
@@ -53,6 +54,41 @@ def _say(args) -> int:
     return 0
 
 
+def _chat(args) -> int:
+    from engine.audio import Player
+    from engine.history import HistoryStore, history_path
+    from engine.llm.chat import ChatModel, bundled_model_path
+    from engine.metrics import FIGURES
+    from engine.models import find_tts_model
+    from engine.pipeline import Dialogue, DialogueOptions
+    from engine.tts import load_tts
+
+    if not args.text:
+        raise ParleyError("only typed conversations are supported so far; run `parley chat --text`")
+    llm_path = Path(args.llm) if args.llm else bundled_model_path()  # says how to install it when missing
+    chat = ChatModel(llm_path)
+    tts = load_tts(find_tts_model(args.model), device=args.device)
+    # the reply is printed as a whole once spoken, so stderr's figures follow the text they belong to
+    with Player() as player, HistoryStore(history_path(args.profile)) as history:
+        dialogue = Dialogue(chat, tts, player, history, options=DialogueOptions(speaker=args.speaker))
+        print(f"parley: {llm_path.name} and {tts.folder.name}, voice {dialogue.speaker}; "
+              "type a message, an empty line or Ctrl-D ends", file=sys.stderr)
+        for line in sys.stdin:
+            text = line.strip()
+            if not text:
+                break
+            try:
+                result = dialogue.text_turn(text)
+            except ParleyError as e:  # one failed turn does not end the conversation
+                print(f"parley: {e}", file=sys.stderr)
+                continue
+            print(result.reply_text, flush=True)
+            figures = result.metrics.as_dict()
+            shown = ", ".join(f"{name} {figures[name]:.3g}" for name in FIGURES if name in figures)
+            print(f"  [{shown}]", file=sys.stderr, flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="parley", description="Parley: a private, offline voice assistant.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -66,9 +102,16 @@ def main(argv=None) -> int:
     say.add_argument("--seed", type=int, help="makes the speech reproducible")
     say.add_argument("--device", default="cpu", help="cpu or cuda")
     say.add_argument("--dtype", help="float32, bfloat16 or float16 (default: float32 on CPU, bfloat16 on GPU)")
+    chat = commands.add_parser("chat", help="talk with Parley: replies are printed and spoken")
+    chat.add_argument("--text", action="store_true", help="type your turns on standard input (one a line)")
+    chat.add_argument("--model", help="TTS checkpoint folder or hub id (default: Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
+    chat.add_argument("--llm", help="GGUF chat model file (default: the bundled SmolLM2-135M-Instruct)")
+    chat.add_argument("--speaker", help="voice name (default: the TTS model's first)")
+    chat.add_argument("--device", default="cpu", help="cpu or cuda, for the TTS")
+    chat.add_argument("--profile", default="default", help="whose history the turns are saved in")
     args = parser.parse_args(argv)
     try:
-        return {"say": _say}[args.command](args)
+        return {"say": _say, "chat": _chat}[args.command](args)
     except ParleyError as e:
         print(f"parley: {e}", file=sys.stderr)
         return 2

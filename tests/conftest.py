@@ -1,4 +1,7 @@
-"""A private PulseAudio server with a null sink, so the audio tests drive real PortAudio streams without a sound card.
+"""Fixtures shared across test folders: a private PulseAudio null sink, espeak-ng speech, the bundled
+Whisper model, and tiny random-weight TTS checkpoints; each is made once per session.
+
+A private PulseAudio server with a null sink, so the audio tests drive real PortAudio streams without a sound card.
 
 ALSA's default device routes to PulseAudio (libasound2-plugins), the null sink 'vsink' plays at 48 kHz
 on PulseAudio's clock, and its monitor is the default source: what a Player plays, a Microphone records.
@@ -6,6 +9,8 @@ The server runs in its own runtime directory, so a desktop's own PulseAudio is n
 It must be up before sounddevice is first imported: PortAudio lists devices once, at import.
 """
 
+
+import json
 import os
 import select
 import shutil
@@ -14,6 +19,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 NULL_SINK_RATE_HZ = 48_000
@@ -103,3 +109,69 @@ def sound_server(pulse_server):
     """The server, restarted if an earlier test killed it."""
     pulse_server.ensure_running()
     return pulse_server
+
+
+# -- speech and Whisper (tests/stt, tests/test_pipeline.py)
+
+@pytest.fixture(scope="session")
+def speak(tmp_path_factory):
+    """speak(text) -> (n,) float32 at 16 kHz: espeak-ng's en-us voice at 150 words a minute."""
+    if shutil.which("espeak-ng") is None:
+        pytest.fail("espeak-ng is not installed; apt-get install -y --no-install-recommends espeak-ng")
+    import soundfile
+    import soxr
+
+    from engine.stt import SAMPLE_RATE_HZ
+
+    folder = tmp_path_factory.mktemp("speech")
+    made = {}
+
+    def speak(text: str) -> np.ndarray:
+        if text not in made:
+            wav = folder / f"{len(made)}.wav"
+            subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(wav), text], check=True)
+            audio, rate = soundfile.read(wav, dtype="float32")
+            made[text] = soxr.resample(audio, rate, SAMPLE_RATE_HZ).astype(np.float32)
+        return made[text]
+
+    return speak
+
+
+@pytest.fixture(scope="session")
+def whisper_dir(tmp_path_factory):
+    """The bundled Whisper base model, assembled into a session folder (never the user's cache)."""
+    from engine.stt import assemble_bundled_model
+
+    return assemble_bundled_model(tmp_path_factory.mktemp("whisper"))
+
+
+@pytest.fixture(scope="session")
+def transcriber(whisper_dir):
+    """Whisper base on the CPU (int8), 2 threads: this machine's cores are shared."""
+    from engine.stt import Transcriber, TranscriberOptions
+
+    return Transcriber(whisper_dir, TranscriberOptions(device="cpu", cpu_threads=2))
+
+
+# -- tiny TTS checkpoints (tests/tts, tests/test_pipeline.py)
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """A 0.6B-shaped tiny CustomVoice checkpoint (bf16 weights, Qwen2-format tokenizer, codec)."""
+    from engine.tts.testing import write_checkpoint  # imports torch: only for the tests that need it
+
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny", "tiny", seed=0)
+
+
+def copy_checkpoint(source, target, **generation):
+    """A copy of a checkpoint folder with generation_config.json values replaced."""
+    shutil.copytree(source, target)
+    path = target / "generation_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **generation}))
+    return target
+
+
+@pytest.fixture(scope="session")
+def short_checkpoint(tiny_checkpoint, tmp_path_factory):
+    """The tiny checkpoint capped at 6 frames per segment (official max_new_tokens=7), for quick streams."""
+    return copy_checkpoint(tiny_checkpoint, tmp_path_factory.mktemp("ckpt") / "short", max_new_tokens=7)

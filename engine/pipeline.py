@@ -1,0 +1,366 @@
+"""The conversation loop: a user turn (typed text, or 16 kHz speech through Whisper) in, a spoken reply out.
+
+The LLM's tokens go through the clause splitter (engine/llm/clauses.py); each whole clause is queued
+to a speech thread that runs the TTS and writes its PCM to the Player while the LLM keeps writing.
+stop() (barge-in) cancels both and flushes the player; the history (engine/history.py) keeps the user
+turn and, of the reply, only the clauses that were fully played. The figures are engine/metrics.py's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from engine.errors import HistoryError, InputTextError, ParleyError
+from engine.history import HistoryStore, Turn
+from engine.llm.clauses import ClauseOptions, ClauseSplitter
+from engine.metrics import MetricsRecorder, TurnMetrics
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Dialogue", "DialogueOptions", "TurnResult"]
+
+_PLAYBACK_SLACK_S = 30.0  # PulseAudio takes up to ~2 s to start, and a null sink runs at ~50% speed
+
+
+@dataclass(frozen=True)
+class DialogueOptions:
+    """How replies are spoken.
+
+    speaker: a voice of the TTS model (case-insensitive); None is the model's first.
+    language: "auto" or one of the TTS model's languages.
+    tts_seed: makes the speech reproducible (tests); None draws a seed per clause.
+    clauses: where the reply breaks into clauses; ClauseOptions() when None.
+    """
+
+    speaker: str | None = None
+    language: str = "auto"
+    tts_seed: int | None = None
+    clauses: ClauseOptions | None = None
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """One finished turn.
+
+    user_text: what was typed, or the transcript.
+    reply_text: everything the LLM wrote (possibly cut short by stop()).
+    heard_text: the clauses whose audio was fully played, joined by spaces.
+    interrupted: stop() came before the reply had played out.
+    metrics: the turn's figures (engine/metrics.py).
+    """
+
+    user_text: str
+    reply_text: str
+    heard_text: str
+    interrupted: bool
+    metrics: TurnMetrics
+
+
+class _Speech:
+    """The speech stage of one turn: a thread that speaks queued clauses into the player, in order.
+
+    Control before data: each chunk is written under `gate` after checking `stopped`, and stop()
+    flushes under the same lock, so no chunk reaches the player after a flush.
+    """
+
+    def __init__(self, tts, player, options: DialogueOptions, speaker: str | None,
+                 gate: threading.Lock, stopped: threading.Event):
+        self._tts, self._player, self._options, self._speaker = tts, player, options, speaker
+        self._gate, self._stopped = gate, stopped
+        self._clauses: queue.SimpleQueue[str | None] = queue.SimpleQueue()  # None ends the turn
+        self._stream = None  # the TTSStream being spoken; cancelled by stop()
+        self.spoken: list[tuple[str, int]] = []  # (clause, the player's frames_written after its last chunk)
+        self.ttfc_ms: float | None = None  # of the first clause
+        self.synthesis_s = 0.0  # each clause's hand-over -> its last chunk, summed
+        self.audio_samples = 0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="parley-speech", daemon=True)
+        self._thread.start()
+
+    def put(self, clause: str) -> None:
+        self._clauses.put(clause)
+
+    def finish(self) -> None:
+        """No more clauses: the thread ends once the queued ones are spoken. Then join()."""
+        self._clauses.put(None)
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def cancel(self) -> None:
+        stream = self._stream
+        if stream is not None:
+            stream.cancel()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                clause = self._clauses.get()
+                if clause is None or self._stopped.is_set():
+                    return
+                self._speak(clause)
+        except BaseException as e:  # handed to the turn, which raises it on its own thread
+            self.error = e
+        finally:
+            self._stream = None
+
+    def _speak(self, clause: str) -> None:
+        try:
+            stream = self._tts.stream(clause, self._speaker, self._options.language, seed=self._options.tts_seed)
+        except InputTextError as e:  # a clause the TTS cannot speak (nothing left once cleaned): skip it
+            log.warning("skipping clause %r: %s", clause, e)
+            return
+        self._stream = stream
+        if self._stopped.is_set():  # stop() may have looked for a stream before this one existed
+            stream.cancel()
+        last = None
+        for chunk in stream:
+            with self._gate:
+                if self._stopped.is_set():
+                    break
+                self._player.write(chunk.pcm)
+                end = self._player.stats().frames_written
+            if self.ttfc_ms is None:
+                self.ttfc_ms = (chunk.t_ready - stream.t_start) * 1000.0
+            self.audio_samples += chunk.pcm.size
+            last = chunk.t_ready
+        else:
+            if last is not None:
+                self.spoken.append((clause, end))
+        if last is not None:
+            self.synthesis_s += last - stream.t_start
+
+
+class _TurnState:
+    """What stop() needs to reach while a turn runs."""
+
+    def __init__(self, player):
+        self.player = player
+        self.gate = threading.Lock()
+        self.stopped = threading.Event()
+        self.played_out = False  # under gate: the reply finished playing, so a late stop() is no barge-in
+        self.consumed_at_stop: int | None = None  # the player's played + flushed frames when stopped
+        self.reply = None
+        self.speech: _Speech | None = None
+
+    def stop(self) -> None:
+        with self.gate:
+            if self.stopped.is_set() or self.played_out:
+                return
+            stats = self.player.stats()
+            self.consumed_at_stop = stats.frames_played + stats.frames_flushed
+            self.stopped.set()
+            self.player.flush()
+        if self.reply is not None:
+            self.reply.cancel()
+        if self.speech is not None:
+            self.speech.cancel()
+
+
+class Dialogue:
+    """A conversation: owns the engine objects and runs one turn at a time, from one thread.
+
+        dialogue = Dialogue(chat, tts, player, history, transcriber)
+        result = dialogue.text_turn("What is the capital of France?")
+        # from another thread, while it speaks: dialogue.stop()
+
+    Args:
+        chat: the LLM (engine/llm/chat.py ChatModel); its history follows the conversation.
+        tts: the speech engine (engine/tts load_tts), at 24 kHz.
+        player: the audio out (engine/audio Player).
+        history: where turns are saved; conversation_id None starts a new conversation at the first turn.
+        transcriber: the Whisper model for voice_turn (engine/stt Transcriber); None for typed turns only.
+        options: DialogueOptions() when None.
+        metrics: where each turn's figures go; a new MetricsRecorder when None.
+    Raises:
+        InputTextError: the speaker or language is not one the TTS model has.
+    """
+
+    def __init__(self, chat, tts, player, history: HistoryStore, transcriber=None, *,
+                 options: DialogueOptions | None = None, metrics: MetricsRecorder | None = None,
+                 conversation_id: int | None = None):
+        from engine.audio.player import TTS_RATE_HZ
+
+        self.chat, self.tts, self.player, self.history, self.transcriber = chat, tts, player, history, transcriber
+        self.options = options or DialogueOptions()
+        self.metrics = metrics or MetricsRecorder()
+        self.conversation_id = conversation_id
+        if tts.sample_rate_hz != TTS_RATE_HZ:
+            raise ParleyError(f"the TTS model speaks at {tts.sample_rate_hz} Hz; the player takes {TTS_RATE_HZ} Hz")
+        self.speaker = self._check_voice(tts, self.options)
+        self._lock = threading.Lock()
+        self._current: _TurnState | None = None
+        self._turns = 0
+
+    @staticmethod
+    def _check_voice(tts, options: DialogueOptions) -> str | None:
+        speakers = list(tts.speakers or [])
+        if options.speaker is None:
+            return speakers[0] if speakers else None
+        if speakers and options.speaker.lower() not in (s.lower() for s in speakers):
+            raise InputTextError(f"unknown speaker {options.speaker!r}; this model has: {', '.join(speakers)}")
+        languages = [lang.lower() for lang in (tts.languages or [])]
+        if options.language.lower() != "auto" and languages and options.language.lower() not in languages:
+            raise InputTextError(f"unknown language {options.language!r}; this model has: auto, {', '.join(languages)}")
+        return options.speaker
+
+    # -- turns -----------------------------------------------------------------------------------
+
+    def text_turn(self, user_text: str) -> TurnResult:
+        """A typed turn: the reply is generated, spoken and saved; returns when it has played out or stopped.
+
+        Raises:
+            InputTextError: empty text, or too long for the LLM's context (nothing is saved).
+            ParleyError: a stage failed (LLM, TTS, audio device); the user turn is already saved.
+        """
+        return self._turn(user_text)
+
+    def voice_turn(self, audio_16k, speech_end: float | None = None) -> TurnResult:
+        """A spoken turn: Whisper transcribes `audio_16k`, then as text_turn.
+
+        Args:
+            audio_16k: (n,) float32 mono at 16 kHz, e.g. an Endpointer Turn's audio.
+            speech_end: time.perf_counter() when the user stopped speaking (the origin of stt_ms and
+                voice_to_voice_ms); None is now, i.e. the speech ended as it was handed over.
+        Raises:
+            InputTextError: no words were heard (nothing is saved).
+            ParleyError: as text_turn.
+        """
+        if self.transcriber is None:
+            raise ParleyError("this Dialogue has no Transcriber; pass one to take spoken turns")
+        speech_end = time.perf_counter() if speech_end is None else speech_end
+        transcript = self.transcriber.transcribe(audio_16k)
+        stt_ms = (time.perf_counter() - speech_end) * 1000.0
+        if not transcript.text.strip():
+            raise InputTextError(f"heard no words in {transcript.audio_s:.1f} s of audio; please speak again")
+        return self._turn(transcript.text, speech_end=speech_end, stt_ms=stt_ms)
+
+    def stop(self) -> None:
+        """Barge-in, from any thread: cancel the LLM and the TTS and flush the player; a no-op between turns."""
+        with self._lock:
+            state = self._current
+        if state is not None:
+            state.stop()
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def _turn(self, user_text: str, speech_end: float | None = None, stt_ms: float | None = None) -> TurnResult:
+        state = _TurnState(self.player)
+        reply = self.chat.stream_reply(user_text, cancel=state.stopped)  # validates before anything is saved
+        self._save(Turn("user", user_text))
+        while True:  # events of earlier turns must not end this one's voice-to-voice
+            try:
+                self.player.events.get_nowait()
+            except queue.Empty:
+                break
+        before = self.player.stats()
+        speech = _Speech(self.tts, self.player, self.options, self.speaker, state.gate, state.stopped)
+        state.reply, state.speech = reply, speech
+        with self._lock:
+            self._current = state
+        first_clause_ms = None
+        try:
+            try:
+                splitter = ClauseSplitter(self.options.clauses)
+                t_request = time.perf_counter()
+                try:
+                    for token in reply:
+                        if state.stopped.is_set() or speech.error is not None:  # control before data
+                            break
+                        for clause in splitter.feed(token):
+                            if first_clause_ms is None:
+                                first_clause_ms = (time.perf_counter() - t_request) * 1000.0
+                            speech.put(clause)
+                finally:
+                    reply.close()
+                if not state.stopped.is_set() and speech.error is None:
+                    for clause in splitter.flush():
+                        if first_clause_ms is None:
+                            first_clause_ms = (time.perf_counter() - t_request) * 1000.0
+                        speech.put(clause)
+            finally:
+                speech.finish()
+                speech.join()
+            if speech.error is None:
+                self._play_out(state, speech)
+        except BaseException:
+            self.player.flush()  # a failed turn leaves nothing queued to play over the next one
+            raise
+        finally:
+            with state.gate:
+                state.played_out = True
+            with self._lock:
+                self._current = None
+        if speech.error is not None:
+            self.player.flush()
+
+        interrupted = state.consumed_at_stop is not None
+        if interrupted:
+            heard = [clause for clause, end in speech.spoken if end <= state.consumed_at_stop]
+        else:
+            heard = [clause for clause, _ in speech.spoken]
+        heard_text = " ".join(heard)
+        after = self.player.stats()
+        metrics = TurnMetrics(
+            turn=self._turns,
+            stt_ms=stt_ms,
+            llm_ttft_ms=reply.ttft_ms,
+            llm_first_clause_ms=first_clause_ms,
+            tts_ttfc_ms=speech.ttfc_ms,
+            tts_rtf=(speech.synthesis_s / (speech.audio_samples / self.tts.sample_rate_hz)
+                     if speech.audio_samples else (None if speech.synthesis_s == 0 else math.inf)),
+            voice_to_voice_ms=self._voice_to_voice_ms(speech_end),
+            underruns=after.underruns - before.underruns,
+            interrupted=interrupted,
+        )
+        self._turns += 1
+        self.metrics.record(metrics)
+        if interrupted or speech.error is not None:
+            self.chat.amend_last_reply(heard_text)  # the LLM's next prompt holds only what was heard
+        if speech.error is not None:
+            raise speech.error
+        self._save(Turn("assistant", reply.text, heard_text=heard_text if interrupted else None,
+                        interrupted=interrupted, metrics=metrics.as_dict()))
+        return TurnResult(user_text, reply.text, heard_text, interrupted, metrics)
+
+    def _play_out(self, state: _TurnState, speech: _Speech) -> None:
+        """Waits until everything written has reached the device, or stop()."""
+        if state.stopped.is_set():
+            return
+        self.player.end_of_utterance()
+        target = self.player.stats().frames_written
+        audio_s = speech.audio_samples / self.tts.sample_rate_hz
+        done = self.player.wait_until(
+            lambda s: state.stopped.is_set() or s.frames_played + s.frames_flushed >= target,
+            _PLAYBACK_SLACK_S + 4 * audio_s,
+        )
+        if not done:
+            log.warning("the reply had not played out after %.0f s; carrying on", _PLAYBACK_SLACK_S + 4 * audio_s)
+
+    def _voice_to_voice_ms(self, speech_end: float | None) -> float | None:
+        first = None
+        while True:
+            try:
+                event = self.player.events.get_nowait()
+            except queue.Empty:
+                break
+            if first is None:
+                first = event.t_first_sample
+        if speech_end is None or first is None:
+            return None
+        return (first - speech_end) * 1000.0
+
+    def _save(self, turn: Turn) -> None:
+        # a history write that fails is kept pending by the store and retried with the next turn:
+        # the conversation goes on, so it is logged rather than raised
+        try:
+            if self.conversation_id is None:
+                self.conversation_id = self.history.new_conversation()
+            self.history.add_turn(self.conversation_id, turn)
+        except HistoryError as e:
+            log.warning("%s", e)
