@@ -100,3 +100,55 @@ def find_device(device: str | int | None, kind: Kind) -> Device:
 def describe(device: Device) -> str:
     """A device as error messages name it: 'default' (index 1)."""
     return f"{device.name!r} (index {device.index})"
+
+
+class DeviceStream:
+    """What Player and Microphone share: one PortAudio stream, its lost-device state, closing once.
+
+    A subclass sets `device`, `_stream` and `_lock` (a Lock or Condition) and gives `kind`.
+    """
+
+    kind: Kind
+
+    def _init_state(self) -> None:
+        self._lost: str | None = None  # why the stream died, once it has
+        self._closing = False
+
+    def _finished(self) -> None:
+        # PortAudio calls this when the stream ends; unless close() asked for that, the device is gone
+        with self._lock:
+            if not self._closing:
+                self._lost = "the stream stopped by itself (device unplugged, or the sound server quit)"
+            self._stream_ended()
+
+    def _stream_ended(self) -> None:
+        """Hook for waiters to wake up (called under the lock)."""
+
+    def _check_locked(self) -> None:
+        """Raise if the stream is closed or lost; the caller holds the lock."""
+        name = type(self).__name__
+        if self._closing:
+            raise RuntimeError(f"this {name} is closed; open a new one")
+        if self._lost:
+            raise AudioDeviceError(
+                f"{self.kind} device {describe(self.device)} was lost: {self._lost}; "
+                f"check that it is connected, then open a new {name}"
+            )
+
+    def close(self) -> None:
+        """Stops and closes the stream. Safe to call twice."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+        try:
+            self._stream.abort()  # abort, not stop: stop() would wait for the device to drain its buffer
+            self._stream.close()
+        except sounddevice().PortAudioError:
+            pass  # a lost device cannot be stopped twice; the stream is gone either way
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.audio.devices import Device, describe, find_device, sounddevice
+from engine.audio.devices import Device, DeviceStream, describe, find_device, sounddevice
 from engine.errors import AudioDeviceError
 
 MIC_RATE_HZ = 16_000  # what faster-whisper and Silero VAD take
@@ -66,13 +66,15 @@ class CaptureStats:
     device_overflows: int  # callbacks PortAudio flagged 'input overflow' (it lost samples)
 
 
-class Microphone:
+class Microphone(DeviceStream):
     """Records from one input device into a queue of 16 kHz blocks, from open until close().
 
     Muting delivers silence rather than nothing: blocks keep coming at the same pace, all zeros, so
     the VAD's clock and the endpointing timers keep running (muting mid-word ends the speech as a
     pause would), and unmuting needs no resynchronisation.
     """
+
+    kind = "input"
 
     def __init__(self, device: str | int | None = None, options: MicrophoneOptions | None = None):
         """Opens and starts the input stream.
@@ -101,8 +103,7 @@ class Microphone:
             self._resampler = soxr.ResampleStream(self.rate_hz, MIC_RATE_HZ, 1, dtype="float32", quality="HQ")
         self._counts = dict.fromkeys(CaptureStats.__dataclass_fields__, 0)
         self._last_callback = time.perf_counter()
-        self._lost: str | None = None
-        self._closing = False
+        self._init_state()
         try:
             self._stream = sd.InputStream(
                 device=self.device.index,
@@ -157,12 +158,6 @@ class Microphone:
                 self._blocks.put_nowait(MicBlock(pcm, now, muted))
                 c["blocks"] += 1
 
-    def _finished(self) -> None:
-        # PortAudio calls this when the stream ends; unless close() asked for that, the device is gone
-        with self._lock:
-            if not self._closing:
-                self._lost = "the stream stopped by itself (device unplugged, or the sound server quit)"
-
     def read(self, timeout_s: float) -> MicBlock | None:
         """The oldest block not yet read, waiting up to timeout_s for one; None when none came in time.
 
@@ -198,31 +193,7 @@ class Microphone:
 
     def _check(self) -> None:
         with self._lock:
-            if self._closing:
-                raise RuntimeError("this Microphone is closed; open a new one")
             idle_s = time.perf_counter() - self._last_callback
-            if not self._lost and idle_s > self.options.stall_timeout_s:
+            if not self._closing and not self._lost and idle_s > self.options.stall_timeout_s:
                 self._lost = f"no audio came for {idle_s:.1f} s"
-            if self._lost:
-                raise AudioDeviceError(
-                    f"input device {describe(self.device)} was lost: {self._lost}; "
-                    "check that it is connected, then open a new Microphone"
-                )
-
-    def close(self) -> None:
-        """Stops and closes the stream; blocks already queued can still be read. Safe to call twice."""
-        with self._lock:
-            if self._closing:
-                return
-            self._closing = True
-        try:
-            self._stream.abort()
-            self._stream.close()
-        except sounddevice().PortAudioError:
-            pass  # a lost device cannot be stopped twice; the stream is gone either way
-
-    def __enter__(self) -> Microphone:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+            self._check_locked()

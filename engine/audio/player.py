@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.audio.devices import Device, describe, find_device, sounddevice
+from engine.audio.devices import Device, DeviceStream, describe, find_device, sounddevice
 from engine.errors import AudioDeviceError
 
 TTS_RATE_HZ = 24_000  # Qwen3-TTS's codec decodes to 24 kHz (1920 samples = one 80 ms frame)
@@ -114,12 +114,14 @@ class _Ring:
         self._head = self.size = 0
 
 
-class Player:
+class Player(DeviceStream):
     """Plays 24 kHz PCM chunks on one output device as they arrive; one per app, shared by all turns.
 
     write() may be called from one thread (the TTS consumer) while flush() comes from another
     (barge-in). Use it as a context manager, or call close().
     """
+
+    kind = "output"
 
     def __init__(self, device: str | int | None = None, options: PlayerOptions | None = None):
         """Opens and starts the output stream.
@@ -150,8 +152,7 @@ class Player:
         self._ends: deque[int] = deque()  # frames_written positions where utterances end
         self._playing = False  # the jitter gate is open
         self._started = False  # the current utterance's first sample has been handed over
-        self._lost: str | None = None  # why the stream died, once it has
-        self._closing = False
+        self._init_state()
         self._counts = dict.fromkeys(PlaybackStats.__dataclass_fields__, 0)
 
         block_frames = max(1, int(opts.block_ms * self.rate_hz / 1000))
@@ -225,12 +226,8 @@ class Player:
         self.events.put(UtteranceStarted(self._counts["utterances"], time.perf_counter()))
         self._counts["utterances"] += 1
 
-    def _finished(self) -> None:
-        # PortAudio calls this when the stream ends; unless close() asked for that, the device is gone
-        with self._lock:
-            if not self._closing:
-                self._lost = "the stream stopped by itself (device unplugged, or the sound server quit)"
-            self._changed.notify_all()
+    def _stream_ended(self) -> None:
+        self._changed.notify_all()
 
     # -- the caller's side -----------------------------------------------------------------------
 
@@ -335,30 +332,3 @@ class Player:
     def _check(self) -> None:
         with self._lock:
             self._check_locked()
-
-    def _check_locked(self) -> None:
-        if self._closing:
-            raise RuntimeError("this Player is closed; open a new one")
-        if self._lost:
-            raise AudioDeviceError(
-                f"output device {describe(self.device)} was lost: {self._lost}; "
-                "check that it is connected, then open a new Player"
-            )
-
-    def close(self) -> None:
-        """Stops and closes the stream, dropping what is queued. Safe to call twice."""
-        with self._lock:
-            if self._closing:
-                return
-            self._closing = True
-        try:
-            self._stream.abort()  # abort, not stop: stop() would wait for the device to drain its buffer
-            self._stream.close()
-        except sounddevice().PortAudioError:
-            pass  # a lost device cannot be stopped twice; the stream is gone either way
-
-    def __enter__(self) -> Player:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -4,7 +4,6 @@ import pytest
 
 from engine.tts import load_tts
 from engine.tts.testing import write_checkpoint
-from tests.conftest import copy_checkpoint  # noqa: F401  (imported from here by tests)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import torch
 from engine.tts import SamplingOptions, load_tts
 from engine.tts.testing import write_checkpoint
 from tests.oracle import import_qwen_tts
-from tests.tts.conftest import copy_checkpoint
+from tests.conftest import copy_checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.oracle]
 

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from engine.tts import SamplingOptions, load_tts
 from tests.oracle import import_qwen_tts
-from tests.tts.conftest import copy_checkpoint
+from tests.conftest import copy_checkpoint
 
 pytestmark = pytest.mark.oracle
 
