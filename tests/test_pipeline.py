@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
 
-from engine.errors import InputTextError, ModelFilesError
+from engine.errors import InputTextError
 from engine.history import HistoryStore
-from engine.llm.chat import ChatModel, ChatOptions, bundled_model_path
+from engine.llm.chat import ChatModel, ChatOptions
 from engine.llm.clauses import ClauseOptions, split_clauses
 from engine.metrics import FIGURES, MetricsRecorder
 from engine.pipeline import Dialogue, DialogueOptions
@@ -23,12 +23,8 @@ CLAUSES = ClauseOptions(min_first_words=1, min_words=2)
 
 
 @pytest.fixture(scope="module")
-def chat():
-    try:
-        path = bundled_model_path()
-    except ModelFilesError as e:
-        pytest.skip(str(e))
-    return ChatModel(path, ChatOptions(n_ctx=512, max_tokens=32, n_threads=1, temperature=0.0))
+def chat(smollm2_path):
+    return ChatModel(smollm2_path, ChatOptions(n_ctx=512, max_tokens=32, n_threads=1, temperature=0.0))
 
 
 @pytest.fixture(scope="module")

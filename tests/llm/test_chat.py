@@ -15,12 +15,8 @@ OPTIONS = ChatOptions(n_ctx=512, max_tokens=24, n_threads=1, temperature=0.0)
 
 
 @pytest.fixture(scope="module")
-def chat():
-    try:
-        path = bundled_model_path()
-    except ModelFilesError as e:
-        pytest.skip(str(e))
-    return ChatModel(path, OPTIONS, system_prompt="You are a helpful assistant. Answer briefly.")
+def chat(smollm2_path):
+    return ChatModel(smollm2_path, OPTIONS, system_prompt="You are a helpful assistant. Answer briefly.")
 
 
 @pytest.fixture(autouse=True)
