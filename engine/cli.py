@@ -1,5 +1,6 @@
-"""The `parley` command line: `parley say` speaks text to a WAV file and prints TTFC and RTF;
-`parley chat --text` holds a typed conversation, each reply printed and spoken, its figures on stderr."""
+"""The `parley` command line: `parley say` speaks text on the speakers (or into a WAV file) and prints
+TTFC and RTF; `parley chat --text` holds a typed conversation, each reply printed and spoken, its
+figures on stderr."""
 
 from __future__ import annotations
 
@@ -14,15 +15,12 @@ from engine.errors import ParleyError
 
 
 def _say(args) -> int:
-    import numpy as np
-    import soundfile
-
     from engine.models import find_tts_model
     from engine.tts import load_tts
 
-    out = Path(args.out)
+    out = Path(args.out) if args.out else None
     # checked before stdin is read or a model loaded: the temporary file goes beside the target
-    if out.is_dir() or not out.parent.is_dir():
+    if out is not None and (out.is_dir() or not out.parent.is_dir()):
         problem = "it is a folder" if out.is_dir() else f"the folder {out.parent} does not exist"
         raise ParleyError(f"cannot write {out}: {problem}; choose another --out")
     text = sys.stdin.read() if args.text in (None, "-") else args.text
@@ -31,15 +29,26 @@ def _say(args) -> int:
     print(f"loaded {tts.folder} on {tts.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     speaker = args.speaker or (tts.speakers[0] if tts.speakers else None)
     stream = tts.stream(text, speaker, args.language, instruct=args.instruct, seed=args.seed)
-    # audio goes to a temporary file beside the target, renamed only once complete
+    samples, ttfc, elapsed, where = _write_wav(stream, tts, out) if out else _play(stream, args.output_device)
+    seconds = samples / tts.sample_rate_hz
+    rtf = elapsed / seconds if seconds else float("inf")
+    print(f"{where}: {seconds:.2f} s of speech by {speaker} (seed {stream.seed}); "
+          f"TTFC {1000 * (ttfc or 0):.0f} ms, RTF {rtf:.3f}", file=sys.stderr)
+    return 0
+
+
+def _write_wav(stream, tts, out: Path):
+    """Stream into a temporary file beside `out`, renamed only once complete: (samples, ttfc_s, elapsed_s, out)."""
+    import numpy as np
+    import soundfile
+
     fd, tmp = tempfile.mkstemp(suffix=".wav", prefix=f".{out.name}.", dir=out.parent if str(out.parent) else ".")
     os.close(fd)
     try:
         samples, ttfc = 0, None
         with soundfile.SoundFile(tmp, "w", samplerate=tts.sample_rate_hz, channels=1, subtype="PCM_16") as wav:
             for chunk in stream:
-                if ttfc is None:
-                    ttfc = chunk.t_ready - stream.t_start
+                ttfc = chunk.t_ready - stream.t_start if ttfc is None else ttfc
                 wav.write(np.clip(chunk.pcm, -1.0, 1.0))
                 samples += chunk.pcm.size
         elapsed = time.perf_counter() - stream.t_start
@@ -47,11 +56,24 @@ def _say(args) -> int:
     except BaseException:
         os.unlink(tmp)
         raise
-    seconds = samples / tts.sample_rate_hz
-    rtf = elapsed / seconds if seconds else float("inf")
-    print(f"{out}: {seconds:.2f} s of speech by {speaker} (seed {stream.seed}); "
-          f"TTFC {1000 * (ttfc or 0):.0f} ms, RTF {rtf:.3f}", file=sys.stderr)
-    return 0
+    return samples, ttfc, elapsed, out
+
+
+def _play(stream, device):
+    """Speak each chunk as it arrives, then wait for the device to play it all: (samples, ttfc_s, elapsed_s, where)."""
+    from engine.audio import TTS_RATE_HZ, Player
+
+    with Player(device) as player:
+        samples, ttfc = 0, None
+        for chunk in stream:
+            ttfc = chunk.t_ready - stream.t_start if ttfc is None else ttfc
+            player.write(chunk.pcm)
+            samples += chunk.pcm.size
+        elapsed = time.perf_counter() - stream.t_start
+        # a generous bound: the speech itself, plus the sound server's start-up
+        if not player.wait_done(timeout_s=30 + 2 * samples / TTS_RATE_HZ):
+            raise ParleyError(f"output device {player.device.name} stopped playing; choose another with --output-device")
+        return samples, ttfc, elapsed, f"played on {player.device.name}"
 
 
 def _chat(args) -> int:
@@ -92,9 +114,10 @@ def _chat(args) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="parley", description="Parley: a private, offline voice assistant.")
     commands = parser.add_subparsers(dest="command", required=True)
-    say = commands.add_parser("say", help="speak text into a WAV file")
+    say = commands.add_parser("say", help="speak text on the speakers, or into a WAV file")
     say.add_argument("text", nargs="?", help="what to say; '-' or nothing reads standard input")
-    say.add_argument("--out", required=True, help="the WAV file to write (24 kHz mono)")
+    say.add_argument("--out", help="write a WAV file (24 kHz mono) instead of playing")
+    say.add_argument("--output-device", help="speaker to play on: a name, part of one, or an index (default: the system's)")
     say.add_argument("--model", help="checkpoint folder or hub id (default: Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
     say.add_argument("--speaker", help="voice name (default: the model's first)")
     say.add_argument("--language", default="auto", help="language name or 'auto'")

@@ -1,4 +1,5 @@
-"""`parley chat --text` end to end: the real command in a subprocess, speaking into PulseAudio's null sink."""
+"""`parley chat --text` and `parley say` on the speakers, end to end: the real command in a subprocess,
+speaking into PulseAudio's null sink."""
 
 import os
 import subprocess
@@ -6,11 +7,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
-
-
 def run_chat(tmp_path, stdin, *args):
     """Run `parley chat ARGS` with `stdin`, its history under tmp_path: (exit code, stdout, stderr)."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "OMP_NUM_THREADS": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-m", "engine.cli", "chat", *map(str, args)], input=stdin, env=env,
@@ -37,3 +36,22 @@ def test_chat_names_a_missing_llm_file(sound_server, short_checkpoint, tmp_path)
     missing = tmp_path / "nope.gguf"
     code, _, err = run_chat(tmp_path, "", "--text", "--model", short_checkpoint, "--llm", missing)
     assert code == 2 and f"{missing} does not exist" in err
+
+
+def test_say_without_out_plays_through_the_player(sound_server, short_checkpoint, tmp_path):
+    """`parley say` with no --out speaks on the default device and reports TTFC and RTF, writing no file."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "say", "Out loud.", "--model", str(short_checkpoint),
+                           "--seed", "1"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert "played on" in done.stderr and "0.48 s of speech" in done.stderr and "TTFC" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_say_names_an_output_device_that_does_not_exist(sound_server, short_checkpoint, tmp_path):
+    """--output-device naming no device exits 2 with a message listing the devices, and no traceback."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "say", "Hi.", "--model", str(short_checkpoint),
+                           "--output-device", "no-such-speaker"], env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 2 and "no-such-speaker" in done.stderr and "Traceback" not in done.stderr
