@@ -58,7 +58,7 @@ def bench_engine(tts, frames: int, runs: int):
 def bench_stages(tts, frames: int):
     """Median ms of: prefill, talker step, code-predictor frame, codec decode of one frame."""
     prompts, talker = tts.prompts, tts.config.talker
-    voice = prompts.resolve(tts.speakers[0], "auto", None)
+    voice = tts.resolve_voice(tts.default_speaker)
     inputs = prompts.build(prompts.text_ids(TEXT), voice, True, tts.device)
     sampler = Sampler(SamplingOptions.greedy(), 0, talker.decoder.vocab_size, talker.codec_eos_id, tts._suppress)
     times = {"prefill": [], "talker step": [], "predictor frame": [], "codec frame": []}

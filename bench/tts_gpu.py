@@ -58,7 +58,7 @@ def timed(fn):
 
 def stage_times(tts, frames: int):
     prompts, talker = tts.prompts, tts.config.talker
-    voice = prompts.resolve(tts.speakers[0], "auto", None)
+    voice = tts.resolve_voice(tts.default_speaker)
     inputs = prompts.build(prompts.text_ids(TEXT), voice, True, tts.device)
     sampler = Sampler(SamplingOptions(), 0, talker.decoder.vocab_size, talker.codec_eos_id, tts._suppress)
     state = tts.model.begin(inputs.prefill.to(tts.dtype), frames + 1)

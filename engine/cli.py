@@ -27,7 +27,7 @@ def _say(args) -> int:
     t0 = time.perf_counter()
     tts = load_tts(find_tts_model(args.model), device=args.device, dtype=args.dtype)
     print(f"loaded {tts.folder} on {tts.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    speaker = args.speaker or (tts.speakers[0] if tts.speakers else None)
+    speaker = args.speaker or tts.default_speaker
     stream = tts.stream(text, speaker, args.language, instruct=args.instruct, seed=args.seed)
     samples, ttfc, elapsed, where = _write_wav(stream, tts, out) if out else _play(stream, args.output_device)
     seconds = samples / tts.sample_rate_hz

@@ -192,22 +192,11 @@ class Dialogue:
         self.conversation_id = conversation_id
         if tts.sample_rate_hz != TTS_RATE_HZ:
             raise ParleyError(f"the TTS model speaks at {tts.sample_rate_hz} Hz; the player takes {TTS_RATE_HZ} Hz")
-        self.speaker = self._check_voice(tts, self.options)
+        self.speaker = self.options.speaker or tts.default_speaker
+        tts.resolve_voice(self.speaker, self.options.language)  # a bad name fails here, not mid-turn
         self._lock = threading.Lock()
         self._current: _TurnState | None = None
         self._turns = 0
-
-    @staticmethod
-    def _check_voice(tts, options: DialogueOptions) -> str | None:
-        speakers = list(tts.speakers or [])
-        if options.speaker is None:
-            return speakers[0] if speakers else None
-        if speakers and options.speaker.lower() not in (s.lower() for s in speakers):
-            raise InputTextError(f"unknown speaker {options.speaker!r}; this model has: {', '.join(speakers)}")
-        languages = [lang.lower() for lang in (tts.languages or [])]
-        if options.language.lower() != "auto" and languages and options.language.lower() not in languages:
-            raise InputTextError(f"unknown language {options.language!r}; this model has: auto, {', '.join(languages)}")
-        return options.speaker
 
     # -- turns -----------------------------------------------------------------------------------
 
@@ -253,11 +242,7 @@ class Dialogue:
         state = _TurnState(self.player)
         reply = self.chat.stream_reply(user_text, cancel=state.stopped)  # validates before anything is saved
         self._save(Turn("user", user_text))
-        while True:  # events of earlier turns must not end this one's voice-to-voice
-            try:
-                self.player.events.get_nowait()
-            except queue.Empty:
-                break
+        self._first_playback_event()  # events of earlier turns must not end this one's voice-to-voice
         before = self.player.stats()
         speech = _Speech(self.tts, self.player, self.options, self.speaker, state.gate, state.stopped)
         state.reply, state.speech = reply, speech
@@ -268,21 +253,23 @@ class Dialogue:
             try:
                 splitter = ClauseSplitter(self.options.clauses)
                 t_request = time.perf_counter()
+
+                def speak(clauses):
+                    nonlocal first_clause_ms
+                    for clause in clauses:
+                        if first_clause_ms is None:
+                            first_clause_ms = (time.perf_counter() - t_request) * 1000.0
+                        speech.put(clause)
+
                 try:
                     for token in reply:
                         if state.stopped.is_set() or speech.error is not None:  # control before data
                             break
-                        for clause in splitter.feed(token):
-                            if first_clause_ms is None:
-                                first_clause_ms = (time.perf_counter() - t_request) * 1000.0
-                            speech.put(clause)
+                        speak(splitter.feed(token))
                 finally:
                     reply.close()
                 if not state.stopped.is_set() and speech.error is None:
-                    for clause in splitter.flush():
-                        if first_clause_ms is None:
-                            first_clause_ms = (time.perf_counter() - t_request) * 1000.0
-                        speech.put(clause)
+                    speak(splitter.flush())
             finally:
                 speech.finish()
                 speech.join()
@@ -342,18 +329,21 @@ class Dialogue:
         if not done:
             log.warning("the reply had not played out after %.0f s; carrying on", _PLAYBACK_SLACK_S + 4 * audio_s)
 
-    def _voice_to_voice_ms(self, speech_end: float | None) -> float | None:
+    def _first_playback_event(self):
+        """Empties the player's UtteranceStarted queue; returns the oldest event in it, or None."""
         first = None
         while True:
             try:
                 event = self.player.events.get_nowait()
             except queue.Empty:
-                break
-            if first is None:
-                first = event.t_first_sample
+                return first
+            first = first or event
+
+    def _voice_to_voice_ms(self, speech_end: float | None) -> float | None:
+        first = self._first_playback_event()
         if speech_end is None or first is None:
             return None
-        return (first - speech_end) * 1000.0
+        return (first.t_first_sample - speech_end) * 1000.0
 
     def _save(self, turn: Turn) -> None:
         # a history write that fails is kept pending by the store and retried with the next turn:

@@ -106,6 +106,20 @@ class TTSEngine:
     def sample_rate_hz(self) -> int:
         return self.codec.config.sample_rate_hz
 
+    @property
+    def default_speaker(self) -> str | None:
+        """The speaker used when a caller names none: the model's first, or None (VoiceDesign)."""
+        return self.speakers[0] if self.speakers else None
+
+    def resolve_voice(self, speaker: str | None, language: str | None = "auto", instruct: str | None = None) -> Voice:
+        """Check a voice against the checkpoint without speaking (names are case-insensitive).
+
+        Raises:
+            InputTextError: an unknown speaker or language (listing the valid ones), or a style the
+                model does not take.
+        """
+        return self.prompts.resolve(speaker, language, instruct)
+
     def stream(self, text: str, speaker: str | None = None, language: str | None = "auto", *,
                instruct: str | None = None, seed: int | None = None, sampling: SamplingOptions | None = None,
                whole_text: bool | None = None, chunk_frames: int = 1) -> TTSStream:
@@ -127,7 +141,7 @@ class TTSEngine:
         """
         if chunk_frames < 1:
             raise ValueError(f"chunk_frames must be >= 1, got {chunk_frames}")
-        voice = self.prompts.resolve(speaker, language, instruct)
+        voice = self.resolve_voice(speaker, language, instruct)
         segments = split_text(clean_text(text), SEGMENT_CHARS)
         seed = new_seed() if seed is None else int(seed)
         sampling = sampling or self.default_sampling
