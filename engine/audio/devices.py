@@ -105,7 +105,8 @@ def describe(device: Device) -> str:
 class DeviceStream:
     """What Player and Microphone share: one PortAudio stream, its lost-device state, closing once.
 
-    A subclass sets `device`, `_stream` and `_lock` (a Lock or Condition) and gives `kind`.
+    A subclass sets `device`, `rate_hz` and `_lock` (a Lock or Condition), gives `kind` and
+    `_callback`, and opens its stream with `_start`.
     """
 
     kind: Kind
@@ -113,6 +114,18 @@ class DeviceStream:
     def _init_state(self) -> None:
         self._lost: str | None = None  # why the stream died, once it has
         self._closing = False
+
+    def _start(self, stream_class, **settings) -> None:
+        """Open and start a float32 PortAudio stream on self.device at self.rate_hz, calling self._callback."""
+        try:
+            self._stream = stream_class(device=self.device.index, samplerate=self.rate_hz, dtype="float32",
+                                        callback=self._callback, finished_callback=self._finished, **settings)
+            self._stream.start()
+        except sounddevice().PortAudioError as e:
+            raise AudioDeviceError(
+                f"cannot open {self.kind} device {describe(self.device)} at {self.rate_hz} Hz: {e}; "
+                "check that no other program holds it and that this user may use audio devices (group 'audio')"
+            ) from e
 
     def _finished(self) -> None:
         # PortAudio calls this when the stream ends; unless close() asked for that, the device is gone

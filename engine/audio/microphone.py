@@ -104,21 +104,7 @@ class Microphone(DeviceStream):
         self._counts = dict.fromkeys(CaptureStats.__dataclass_fields__, 0)
         self._last_callback = time.perf_counter()
         self._init_state()
-        try:
-            self._stream = sd.InputStream(
-                device=self.device.index,
-                samplerate=self.rate_hz,
-                channels=1,
-                dtype="float32",
-                callback=self._callback,
-                finished_callback=self._finished,
-            )
-            self._stream.start()
-        except sd.PortAudioError as e:
-            raise AudioDeviceError(
-                f"cannot open input device {describe(self.device)} at {self.rate_hz} Hz: {e}; "
-                "check that no other program holds it and that this user may record (group 'audio')"
-            ) from e
+        self._start(sd.InputStream, channels=1)
 
     @staticmethod
     def _pick_rate(sd, device: Device, wanted_hz: int | None) -> int:

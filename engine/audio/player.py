@@ -156,22 +156,7 @@ class Player(DeviceStream):
         self._counts = dict.fromkeys(PlaybackStats.__dataclass_fields__, 0)
 
         block_frames = max(1, int(opts.block_ms * self.rate_hz / 1000))
-        try:
-            self._stream = sd.OutputStream(
-                device=self.device.index,
-                samplerate=self.rate_hz,
-                channels=self.channels,
-                dtype="float32",
-                blocksize=block_frames,
-                callback=self._callback,
-                finished_callback=self._finished,
-            )
-            self._stream.start()
-        except sd.PortAudioError as e:
-            raise AudioDeviceError(
-                f"cannot open output device {describe(self.device)} at {self.rate_hz} Hz: {e}; "
-                "check that no other program holds it and that this user may use audio"
-            ) from e
+        self._start(sd.OutputStream, channels=self.channels, blocksize=block_frames)
 
     @staticmethod
     def _pick_format(sd, device: Device, wanted_hz: int | None) -> tuple[int, int]:
