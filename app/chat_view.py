@@ -1,0 +1,184 @@
+"""The conversation as chat bubbles: the user's turns (a live partial transcript while they speak), and
+the assistant's reply as it grows, with the clause being spoken highlighted.
+
+The window feeds it the worker's signals (engine/voice.py events); it keeps only what it shows.
+Object names for the style sheet (assets/): QFrame#bubble with the dynamic property role = "user",
+"assistant", "partial" or "notice"; QLabel#bubbleText inside; QLabel#bubbleNote under an interrupted
+or failed reply.
+"""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
+
+ROLES = ("user", "assistant", "partial", "notice")
+
+
+class Bubble(QFrame):
+    """One message: its text, and a small note under it ("interrupted", "not sent: ...")."""
+
+    def __init__(self, role: str, text: str = "", parent: QWidget | None = None):
+        super().__init__(parent)
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
+        self.setObjectName("bubble")
+        self.setProperty("role", role)
+        self.role = role
+        self.label = QLabel(objectName="bubbleText", wordWrap=True, textFormat=Qt.TextFormat.RichText)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.note = QLabel(objectName="bubbleNote", wordWrap=True)
+        self.note.hide()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.addWidget(self.label)
+        layout.addWidget(self.note)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        self.set_text(text)
+
+    def set_text(self, text: str, spoken: tuple[int, int] | None = None) -> None:
+        """Show `text`; `spoken` = (start, end) character offsets of the part now being spoken, highlighted."""
+        self.text = text
+        if spoken is None:
+            shown = html.escape(text)
+        else:
+            # rich text takes no palette() colours: the style sheet's highlight, read from the palette
+            start, end = spoken
+            colors = self.palette()
+            back = colors.color(QPalette.ColorRole.Highlight).name()
+            fore = colors.color(QPalette.ColorRole.HighlightedText).name()
+            shown = (f"{html.escape(text[:start])}<span style='background-color:{back}; color:{fore}'>"
+                     f"{html.escape(text[start:end])}</span>{html.escape(text[end:])}")
+        self.label.setText(shown.replace("\n", "<br>"))
+
+    def set_note(self, note: str) -> None:
+        self.note.setText(note)
+        self.note.setVisible(bool(note))
+
+
+class ChatView(QScrollArea):
+    """A scrolling column of bubbles, user turns on the right, Parley's on the left.
+
+    The current turn is built from: show_partial() while the user speaks, add_user() for the final
+    transcript or typed text, reply_text() as the reply grows, speaking_clause() as each clause starts
+    playing, finish_reply() or fail_turn() at its end.
+    """
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("chatView")
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._column = QWidget(objectName="chatColumn")
+        self._layout = QVBoxLayout(self._column)
+        self._layout.setSpacing(8)
+        self._layout.addStretch(1)  # keeps the bubbles at the bottom while there are few
+        self.setWidget(self._column)
+        self.bubbles: list[Bubble] = []
+        self._partial: Bubble | None = None
+        self._reply: Bubble | None = None  # the assistant bubble of the turn under way
+        self._spoken_to = 0  # where the next spoken clause is looked for in the reply's text
+        self.verticalScrollBar().rangeChanged.connect(self._follow)
+
+    # -- the turn under way -----------------------------------------------------------------------
+
+    def show_partial(self, text: str) -> None:
+        """The live transcript while the user speaks; replaced by add_user()."""
+        if self._partial is None:
+            self._partial = self._add("partial", text)
+        else:
+            self._partial.set_text(text)
+
+    def add_user(self, text: str) -> Bubble:
+        """A user turn (typed, or the final transcript), which starts a new turn."""
+        self._drop_partial()
+        self._reply, self._spoken_to = None, 0
+        return self._add("user", text)
+
+    def reply_text(self, text: str) -> None:
+        """The reply so far (it only grows); the first call opens the assistant bubble."""
+        if self._reply is None:
+            self._reply = self._add("assistant", text)
+        else:
+            self._reply.set_text(text)
+
+    def speaking_clause(self, clause: str, index: int) -> None:
+        """Highlight `clause` (the index-th of the reply) in the reply bubble: its audio started playing."""
+        if self._reply is None:  # a speak-only turn: the clauses are the text
+            self._reply = self._add("assistant", clause)
+            self._spoken_to = 0
+        if index == 0:
+            self._spoken_to = 0
+        text = self._reply.text
+        start = text.find(clause.strip(), self._spoken_to)
+        if start < 0:  # the clause splitter cleaned it (markdown, spaces): show it highlighted as is
+            return
+        end = start + len(clause.strip())
+        self._spoken_to = end
+        self._reply.set_text(text, spoken=(start, end))
+
+    def finish_reply(self, reply: str, interrupted: bool = False) -> None:
+        """The turn ended: the reply's full text, marked when barge-in cut it short."""
+        if self._reply is None and reply:
+            self._reply = self._add("assistant", reply)
+        if self._reply is not None:
+            self._reply.set_text(reply)
+            self._reply.set_note("interrupted" if interrupted else "")
+        self._drop_partial()
+        self._reply, self._spoken_to = None, 0
+
+    def fail_turn(self, message: str) -> None:
+        """The turn failed: a note under the reply (or a notice line) saying so."""
+        self._drop_partial()
+        if self._reply is not None:
+            self._reply.set_note(message)
+        else:
+            self._add("notice", message)
+        self._reply, self._spoken_to = None, 0
+
+    # -- whole conversations -----------------------------------------------------------------------
+
+    def show_turns(self, turns) -> None:
+        """Replace everything with saved turns (engine/history.py Turn), e.g. a reopened conversation."""
+        self.clear()
+        for turn in turns:
+            if turn.role == "system":
+                continue
+            bubble = self._add("user" if turn.role == "user" else "assistant", turn.text)
+            if turn.interrupted:
+                bubble.set_note("interrupted")
+
+    def clear(self) -> None:
+        for bubble in self.bubbles:
+            bubble.parentWidget().deleteLater()
+        self.bubbles.clear()
+        self._partial = self._reply = None
+        self._spoken_to = 0
+
+    # -- layout --------------------------------------------------------------------------------------
+
+    def _add(self, role: str, text: str) -> Bubble:
+        bubble = Bubble(role, text)
+        row = QWidget()
+        line = QHBoxLayout(row)
+        line.setContentsMargins(0, 0, 0, 0)
+        if role == "user" or role == "partial":
+            line.addStretch(1)
+        line.addWidget(bubble, 4)
+        if role in ("assistant", "notice"):
+            line.addStretch(1)
+        self._layout.addWidget(row)
+        self.bubbles.append(bubble)
+        return bubble
+
+    def _drop_partial(self) -> None:
+        if self._partial is not None:
+            self.bubbles.remove(self._partial)
+            self._partial.parentWidget().deleteLater()
+            self._partial = None
+
+    def _follow(self, _low: int, high: int) -> None:
+        self.verticalScrollBar().setValue(high)  # new text grows the column: keep the newest in view

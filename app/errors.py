@@ -1,0 +1,94 @@
+"""Readable errors: an engine exception becomes a Problem (a headline, what happened, what to do, and
+the page that fixes it), shown by ErrorDialog. The worker makes Problems; the window shows them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QMessageBox, QWidget
+
+from engine.errors import AudioDeviceError, HistoryError, InputTextError, ModelFilesError, ParleyError
+
+ACTIONS = {"models": "Open Models…", "settings": "Open Settings…"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something the user should know about, in their words.
+
+    headline: one short sentence ("The speech model is missing").
+    detail: what happened, usually the engine's own message (it names the file, device or value).
+    advice: one line of what to do next.
+    action: the window page that fixes it: "models", "settings", or None.
+    """
+
+    headline: str
+    detail: str
+    advice: str
+    action: str | None = None
+
+    def __post_init__(self):
+        if self.action is not None and self.action not in ACTIONS:
+            raise ValueError(f"action must be one of {', '.join(ACTIONS)} or None; got {self.action!r}")
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    # torch.OutOfMemoryError is matched by name: this module must not import torch
+    return isinstance(error, MemoryError) or any(c.__name__ == "OutOfMemoryError" for c in type(error).__mro__)
+
+
+def problem_for(error: BaseException, doing: str) -> Problem:
+    """The Problem to show for an exception raised while `doing` something.
+
+    Args:
+        error: what the engine raised.
+        doing: what was under way, for the headline: "loading the speech model", "this turn", ...
+    """
+    detail = str(error) or type(error).__name__
+    if _out_of_memory(error):
+        return Problem(f"Out of memory while {doing}", detail,
+                       "Close other programs, or choose a smaller model or the CPU in Settings.", "settings")
+    if isinstance(error, ModelFilesError):
+        return Problem(f"A model is missing or damaged ({doing})", detail,
+                       "Choose or download the model on the Models page.", "models")
+    if isinstance(error, AudioDeviceError):
+        return Problem(f"A sound device is not working ({doing})", detail,
+                       "Connect the device, or choose another one in Settings; typing still works.", "settings")
+    if isinstance(error, HistoryError):
+        return Problem("The conversation history cannot be saved", detail,
+                       "Free some disk space; the conversation goes on and is saved when it can be.")
+    if isinstance(error, InputTextError):
+        return Problem("Parley cannot use that", detail, "Change the text or the voice and try again.")
+    if isinstance(error, ParleyError):
+        return Problem(f"Something went wrong while {doing}", detail, "Check the settings and try again.", "settings")
+    return Problem(f"Something went wrong while {doing}", f"{type(error).__name__}: {detail}",
+                   "Try again; if it keeps happening, restart Parley.")
+
+
+class ErrorDialog(QMessageBox):
+    """A Problem as a message box: the headline, what happened and what to do, and a button to the
+    page that fixes it. Opened with open() (window-modal, never blocking the event loop).
+
+    Signals:
+        action_chosen(str): the user pressed the action button; carries Problem.action.
+    """
+
+    action_chosen = Signal(str)
+
+    def __init__(self, problem: Problem, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.problem = problem
+        self.setObjectName("errorDialog")
+        self.setIcon(QMessageBox.Icon.Warning)
+        self.setWindowTitle("Parley")
+        self.setText(problem.headline)
+        self.setInformativeText(f"{problem.detail}\n\n{problem.advice}")
+        self.action_button = None
+        if problem.action is not None:
+            self.action_button = self.addButton(ACTIONS[problem.action], QMessageBox.ButtonRole.AcceptRole)
+            self.action_button.clicked.connect(lambda: self.action_chosen.emit(problem.action))
+        self.setDefaultButton(self.action_button or self.addButton(QMessageBox.StandardButton.Close))
+        if self.action_button is not None:
+            self.addButton(QMessageBox.StandardButton.Close)

@@ -1,0 +1,427 @@
+"""Parley's main window: the conversation, the talk/mute/stop controls, the text box, the latency meter.
+
+A thin view: it owns an EngineWorker in a QThread (app/worker.py) and talks to it only through
+signals; what the engine says comes back as the worker's signals. Keys: hold Space to talk
+(push-to-talk, when the text box has no focus), Enter sends, Ctrl+Enter speaks the text as typed,
+Esc stops, Ctrl+M mutes, Ctrl+, opens the settings, Ctrl+H the history.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QThread, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QApplication,
+    QCheckBox,
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.chat_view import ChatView
+from app.errors import ACTIONS, ErrorDialog, Problem
+from app.meter import LatencyMeter
+from app.settings import Settings
+from app.worker import EngineInfo, EngineWorker
+
+STATE_TEXT = {
+    "listening": "Listening", "hearing": "Hearing you…", "thinking": "Thinking…", "speaking": "Speaking",
+    "idle": "Ready", "muted": "Muted",
+}
+SHUTDOWN_WAIT_MS = 15_000  # a turn under way stops at its next TTS frame; loading may take longer
+
+
+class MessageBox(QPlainTextEdit):
+    """The text box: Enter sends, Ctrl+Enter speaks the text as typed, Shift+Enter starts a new line.
+
+    Signals:
+        send(str), speak(str): the text, stripped; the box is cleared by the window once it is taken.
+    """
+
+    send = Signal(str)
+    speak = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("messageBox")
+        self.setPlaceholderText("Type to Parley — Enter sends, Ctrl+Enter speaks it as written")
+        self.setTabChangesFocus(True)
+        self.setFixedHeight(64)
+
+    def keyPressEvent(self, event) -> None:
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+            text = self.toPlainText().strip()
+            if text:
+                (self.speak if event.modifiers() & Qt.KeyboardModifier.ControlModifier else self.send).emit(text)
+            return
+        super().keyPressEvent(event)
+
+
+class NoticeBar(QFrame):
+    """A line above the conversation for a Problem that does not stop it (no microphone, no GPU),
+    with a button to the page that fixes it and one to dismiss it."""
+
+    action_chosen = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("noticeBar")
+        self.label = QLabel(wordWrap=True)
+        self.button = QPushButton()
+        self.button.clicked.connect(lambda: self.action_chosen.emit(self.problem.action))
+        dismiss = QPushButton("Dismiss")
+        dismiss.clicked.connect(self.hide)
+        layout = QHBoxLayout(self)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(self.button)
+        layout.addWidget(dismiss)
+        self.problem: Problem | None = None
+        self.hide()
+
+    def show_problem(self, problem: Problem) -> None:
+        self.problem = problem
+        self.label.setText(f"<b>{problem.headline}</b><br>{problem.detail}<br>{problem.advice}")
+        self.button.setVisible(problem.action is not None)
+        if problem.action is not None:
+            self.button.setText(ACTIONS[problem.action])
+        self.show()
+
+
+class MainWindow(QMainWindow):
+    """The window. Construct it, show() it, then start_engine(): the models load in the worker while
+    the window is already up.
+
+    Args:
+        settings: where the user's choices live (app/settings.py).
+        history_file: the conversation store; None is the default profile's.
+    """
+
+    # requests to the worker (queued into its thread)
+    load_requested = Signal(object)  # EngineConfig
+    apply_requested = Signal(object)  # EngineConfig
+    send_requested = Signal(str)
+    speak_requested = Signal(str)
+    press_requested = Signal()
+    release_requested = Signal()
+    stop_requested = Signal()
+    mute_requested = Signal(bool)
+    mode_requested = Signal(str)
+    open_requested = Signal(int)
+    new_requested = Signal()
+    shutdown_requested = Signal()
+
+    def __init__(self, settings: Settings, history_file=None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.settings = settings
+        self.history_file = history_file
+        self.info: EngineInfo | None = None  # the loaded engine; None while loading or after a failure
+        self.state = "idle"
+        self.dialog: ErrorDialog | None = None  # the error dialog on screen, if any
+        self._talking = False  # Space or the talk button is held
+        self.setWindowTitle("Parley")
+        self.resize(960, 640)
+        self._build()
+        self._build_menus()
+
+        self._thread = QThread(self)
+        self.worker = EngineWorker()
+        self.worker.moveToThread(self._thread)
+        self._connect_worker()
+        QApplication.instance().installEventFilter(self)  # Space as push-to-talk wherever focus is
+
+    # -- building -------------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        self.chat = ChatView()
+        self.notice = NoticeBar()
+        self.notice.action_chosen.connect(self._act)
+        self.meter = LatencyMeter()
+        self.meter.setFixedWidth(280)
+
+        self.talk_button = QPushButton("Hold to talk", objectName="talkButton")
+        self.talk_button.setMinimumHeight(56)
+        self.talk_button.setToolTip("Hold the button, or hold Space, while you speak")
+        self.talk_button.pressed.connect(self._talk_down)
+        self.talk_button.released.connect(self._talk_up)
+        self.hands_free = QCheckBox("Hands-free", objectName="handsFree")
+        self.hands_free.setToolTip("Parley listens all the time and answers when you pause")
+        self.hands_free.setChecked(self.settings.listen_mode == "hands-free")
+        self.hands_free.toggled.connect(self._set_hands_free)
+        self.mute_button = QPushButton("Mute", objectName="muteButton", checkable=True)
+        self.mute_button.setToolTip("Mute the microphone (Ctrl+M)")
+        self.mute_button.toggled.connect(self._set_muted)
+        self.stop_button = QPushButton("Stop", objectName="stopButton")
+        self.stop_button.setToolTip("Stop speaking now (Esc)")
+        self.stop_button.clicked.connect(self.stop_requested)
+
+        self.message = MessageBox()
+        self.message.send.connect(self._send)
+        self.message.speak.connect(self._speak)
+        self.send_button = QPushButton("Send", objectName="sendButton")
+        self.send_button.clicked.connect(lambda: self._take_text(self._send))
+        self.speak_button = QPushButton("Speak", objectName="speakButton")
+        self.speak_button.setToolTip("Speak the text as written, without asking the assistant (Ctrl+Enter)")
+        self.speak_button.clicked.connect(lambda: self._take_text(self._speak))
+
+        controls = QHBoxLayout()
+        controls.addWidget(self.talk_button, 3)
+        controls.addWidget(self.hands_free)
+        controls.addWidget(self.mute_button)
+        controls.addWidget(self.stop_button)
+        typing = QHBoxLayout()
+        typing.addWidget(self.message, 1)
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.speak_button)
+        typing.addLayout(buttons)
+        left = QVBoxLayout()
+        left.addWidget(self.notice)
+        left.addWidget(self.chat, 1)
+        left.addLayout(controls)
+        left.addLayout(typing)
+        body = QHBoxLayout()
+        body.addLayout(left, 1)
+        body.addWidget(self.meter)
+        central = QWidget(objectName="central")
+        central.setLayout(body)
+        self.setCentralWidget(central)
+
+        self.state_label = QLabel(objectName="stateLabel")
+        self.load_bar = QProgressBar(objectName="loadBar")
+        self.load_bar.setMaximumWidth(220)
+        self.load_bar.hide()
+        self.statusBar().addWidget(self.state_label, 1)
+        self.statusBar().addPermanentWidget(self.load_bar)
+        self._show_state("idle")
+        self._update_talk_button()
+
+    def _build_menus(self) -> None:
+        def action(menu, text, slot, shortcut=None, checkable=False) -> QAction:
+            act = QAction(text, self, checkable=checkable)
+            if shortcut:
+                act.setShortcut(QKeySequence(shortcut))
+                act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            act.triggered.connect(slot)
+            menu.addAction(act)
+            return act
+
+        conversation = self.menuBar().addMenu("&Conversation")
+        self.new_action = action(conversation, "&New conversation", self._new_conversation, "Ctrl+N")
+        self.stop_action = action(conversation, "&Stop speaking", self.stop_requested, "Esc")
+        self.mute_action = action(conversation, "&Mute microphone", self.mute_button.setChecked, "Ctrl+M", True)
+        self.mute_button.toggled.connect(self.mute_action.setChecked)
+        conversation.addSeparator()
+        action(conversation, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+        tools = self.menuBar().addMenu("&Settings")
+        self.settings_action = action(tools, "&Settings…", self.open_settings, "Ctrl+,")
+
+    def _connect_worker(self) -> None:
+        w = self.worker
+        self.load_requested.connect(w.load)
+        self.apply_requested.connect(w.apply)
+        self.send_requested.connect(w.send)
+        self.speak_requested.connect(w.speak)
+        self.press_requested.connect(w.press)
+        self.release_requested.connect(w.release)
+        self.stop_requested.connect(w.stop)
+        self.mute_requested.connect(w.set_muted)
+        self.mode_requested.connect(w.set_mode)
+        self.open_requested.connect(w.open_conversation)
+        self.new_requested.connect(w.new_conversation)
+        self.shutdown_requested.connect(w.shutdown)
+        w.progress.connect(self._show_progress)
+        w.ready.connect(self._engine_ready)
+        w.failed.connect(self._engine_failed)
+        w.notice.connect(self.notice.show_problem)
+        w.level.connect(self.meter.set_level)
+        w.state_changed.connect(self._show_state)
+        w.partial.connect(self.chat.show_partial)
+        w.heard.connect(self.chat.add_user)
+        w.reply_text.connect(self.chat.reply_text)
+        w.speaking_clause.connect(self.chat.speaking_clause)
+        w.turn_finished.connect(lambda result: self.chat.finish_reply(result.reply_text, result.interrupted))
+        w.turn_failed.connect(self._turn_failed)
+        w.metrics.connect(self.meter.show_turn)
+
+    # -- the engine --------------------------------------------------------------------------------------
+
+    def start_engine(self) -> None:
+        """Start the worker's thread and load the models named in the settings (progress in the status bar)."""
+        if not self._thread.isRunning():
+            self._thread.start()
+        self.info = None
+        self.load_requested.emit(self.settings.engine_config(self.history_file))
+
+    def _show_progress(self, step: str, done: int, total: int) -> None:
+        self.load_bar.setRange(0, total)
+        self.load_bar.setValue(done)
+        self.load_bar.setFormat(f"Loading the {step}…")
+        self.load_bar.setVisible(done < total)
+
+    def _engine_ready(self, info: EngineInfo) -> None:
+        self.info = info
+        self.load_bar.hide()
+        mic = info.microphone or "no microphone"
+        self.statusBar().showMessage(f"{info.tts_model.name} on {info.device.upper()}, voice {info.speaker}; {mic}", 8000)
+        self._update_talk_button()
+
+    def _engine_failed(self, problem: Problem) -> None:
+        self.info = None
+        self.load_bar.hide()
+        self._show_state("idle", text="Not ready: " + problem.headline)
+        self.show_problem(problem)
+
+    def _turn_failed(self, problem: Problem) -> None:
+        self.chat.fail_turn(f"{problem.headline}: {problem.detail}")
+        if problem.action is not None:  # a device or a model needs the user; "heard no words" does not
+            self.show_problem(problem)
+
+    def show_problem(self, problem: Problem) -> ErrorDialog:
+        """The problem as a window-modal dialog whose button leads to the page that fixes it."""
+        if self.dialog is not None:
+            self.dialog.close()
+        self.dialog = ErrorDialog(problem, self)
+        self.dialog.action_chosen.connect(self._act)
+        self.dialog.open()
+        return self.dialog
+
+    def _act(self, action: str) -> None:
+        if action == "settings":
+            self.open_settings()
+
+    # -- requests -----------------------------------------------------------------------------------------
+
+    def _take_text(self, handler) -> None:
+        text = self.message.toPlainText().strip()
+        if text:
+            handler(text)
+
+    def _send(self, text: str) -> None:
+        if self._not_ready():
+            return
+        self.message.clear()
+        self.chat.add_user(text)
+        self.send_requested.emit(text)
+
+    def _speak(self, text: str) -> None:
+        if self._not_ready():
+            return
+        self.message.clear()
+        self.chat.add_user(text)
+        self.chat.reply_text(text)
+        self.speak_requested.emit(text)
+
+    def _not_ready(self) -> bool:
+        """Nothing is sent while the models load: the text stays in the box, and the status bar says why."""
+        if self.info is None:
+            self.statusBar().showMessage("Parley is not ready yet; your text stays in the box", 5000)
+            return True
+        return False
+
+    def _talk_down(self) -> None:
+        if not self._talking and self.info is not None and not self.hands_free.isChecked():
+            self._talking = True
+            self.press_requested.emit()
+
+    def _talk_up(self) -> None:
+        if self._talking:
+            self._talking = False
+            self.release_requested.emit()
+
+    def _set_hands_free(self, on: bool) -> None:
+        mode = "hands-free" if on else "push-to-talk"
+        self.settings.listen_mode = mode
+        self._talk_up()
+        if self.info is not None:
+            self.mode_requested.emit(mode)
+        self._update_talk_button()
+
+    def _set_muted(self, muted: bool) -> None:
+        self.mute_button.setText("Unmute" if muted else "Mute")
+        if self.info is not None:
+            self.mute_requested.emit(muted)
+
+    def _new_conversation(self) -> None:
+        self.chat.clear()
+        if self.info is not None:
+            self.new_requested.emit()
+
+    def open_settings(self):
+        """The settings dialog; what it saves is applied at once where it can be (app/settings_dialog.py)."""
+        from app.settings_dialog import SettingsDialog
+
+        dialog = SettingsDialog(self.settings, self.info, self)
+        dialog.saved.connect(self._settings_saved)
+        dialog.open()
+        return dialog
+
+    def _settings_saved(self) -> None:
+        self.hands_free.setChecked(self.settings.listen_mode == "hands-free")
+        if self._thread.isRunning():
+            self.apply_requested.emit(self.settings.engine_config(self.history_file))
+
+    # -- what the window shows --------------------------------------------------------------------------
+
+    def _show_state(self, state: str, text: str | None = None) -> None:
+        self.state = state
+        self.state_label.setText(text or STATE_TEXT.get(state, state))
+        self.talk_button.setProperty("state", state)
+        self.talk_button.style().unpolish(self.talk_button)  # the style sheet styles by state
+        self.talk_button.style().polish(self.talk_button)
+
+    def _update_talk_button(self) -> None:
+        hands_free = self.hands_free.isChecked()
+        voice = self.info is not None and self.info.microphone is not None
+        self.talk_button.setEnabled(voice and not hands_free)
+        if self.info is not None and not voice:
+            self.talk_button.setText("No microphone — type below")
+        else:
+            self.talk_button.setText("Listening — just speak" if hands_free else "Hold to talk (Space)")
+
+    # -- keys and closing -----------------------------------------------------------------------------------
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        kind = event.type()
+        if kind in (QEvent.Type.KeyPress, QEvent.Type.KeyRelease) and event.key() == Qt.Key.Key_Space \
+                and self._space_talks(watched):
+            if not event.isAutoRepeat():
+                self._talk_down() if kind == QEvent.Type.KeyPress else self._talk_up()
+            return True
+        return super().eventFilter(watched, event)
+
+    def _space_talks(self, watched: QObject) -> bool:
+        """Space is push-to-talk in this window unless a text field has the focus."""
+        if not isinstance(watched, QWidget) or watched.window() is not self or self.hands_free.isChecked():
+            return False
+        focus = QApplication.focusWidget()
+        typing = (QLineEdit, QPlainTextEdit, QTextEdit, QAbstractSpinBox)
+        return not (isinstance(focus, typing) or (isinstance(focus, QComboBox) and focus.isEditable()))
+
+    def closeEvent(self, event) -> None:
+        """Stop the engine (the loop's threads, the devices), then the worker's thread."""
+        QApplication.instance().removeEventFilter(self)
+        self.hide()
+        if self._thread.isRunning():
+            # a local event loop, so the worker's last queued signals are still delivered meanwhile
+            waiting = QEventLoop()
+            self.worker.closed.connect(waiting.quit)
+            timer = QTimer(waiting, singleShot=True, interval=SHUTDOWN_WAIT_MS)
+            timer.timeout.connect(waiting.quit)
+            timer.start()
+            self.shutdown_requested.emit()
+            waiting.exec()
+            self._thread.quit()
+            self._thread.wait(SHUTDOWN_WAIT_MS)
+        self.settings.sync()
+        super().closeEvent(event)
+

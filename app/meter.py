@@ -1,0 +1,171 @@
+"""The latency meter: the last turn's figures with their p50/p95, a rolling chart, and the input level.
+
+Every number comes from engine/metrics.py (a TurnMetrics and the recorder's summary, relayed by the
+worker) or from the voice loop's Level events; nothing is timed here.
+Object names for the style sheet: QWidget#latencyMeter, QLabel#meterValue, QLabel#meterHeading,
+LevelMeter#levelMeter, RollingChart#latencyChart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QPainter, QPainterPath, QPalette, QPen
+from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
+
+# (figure in engine/metrics.py, label, unit); the order they are shown in
+SHOWN = (
+    ("tts_ttfc_ms", "TTFC", "ms"),
+    ("tts_rtf", "RTF", ""),
+    ("stt_ms", "STT", "ms"),
+    ("llm_ttft_ms", "LLM first token", "ms"),
+    ("voice_to_voice_ms", "Voice to voice", "ms"),
+)
+CHARTED = ("voice_to_voice_ms", "tts_ttfc_ms")  # the chart's lines, in this order
+CHART_TURNS = 30
+LEVEL_FLOOR_DBFS = -60.0  # the level bar's empty end; speech sits around -30..-10 dBFS
+
+
+def format_figure(value: float | None, unit: str) -> str:
+    """'182 ms', '0.42', or '–' for a figure the turn did not measure."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    if unit == "ms":
+        return f"{value:.0f} ms"
+    return f"{value:.2f}"
+
+
+class LevelMeter(QWidget):
+    """A horizontal bar of the microphone's level (dBFS), from the voice loop's Level events."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("levelMeter")
+        self.rms_dbfs = -math.inf
+        self.setMinimumHeight(10)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setToolTip("Microphone level")
+
+    def sizeHint(self) -> QSize:
+        return QSize(160, 10)
+
+    def set_level(self, rms_dbfs: float) -> None:
+        self.rms_dbfs = rms_dbfs
+        self.update()
+
+    def fraction(self) -> float:
+        """How full the bar is, 0..1."""
+        if not math.isfinite(self.rms_dbfs):
+            return 0.0
+        return min(max(1.0 - self.rms_dbfs / LEVEL_FLOOR_DBFS, 0.0), 1.0)
+
+    def paintEvent(self, event) -> None:
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        box = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(self.palette().color(QPalette.ColorRole.AlternateBase))
+        painter.drawRoundedRect(box, 4, 4)
+        filled = QRectF(box.left(), box.top(), box.width() * self.fraction(), box.height())
+        painter.setBrush(self.palette().color(QPalette.ColorRole.Highlight))
+        painter.drawRoundedRect(filled, 4, 4)
+
+
+class RollingChart(QWidget):
+    """Lines of the last CHART_TURNS turns' figures (CHARTED), drawn with QPainter on a shared ms scale."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("latencyChart")
+        self.series: dict[str, deque[float]] = {name: deque(maxlen=CHART_TURNS) for name in CHARTED}
+        self.setMinimumSize(160, 60)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.setToolTip("Voice to voice (solid) and TTFC (dashed), last turns")
+
+    def add_turn(self, figures: Mapping[str, float]) -> None:
+        """One turn's figures (TurnMetrics.as_dict()); figures it lacks leave a gap in their line."""
+        for name, values in self.series.items():
+            values.append(figures.get(name, math.nan))
+        self.update()
+
+    def paintEvent(self, event) -> None:
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        colors = self.palette()
+        painter.fillRect(self.rect(), colors.color(QPalette.ColorRole.AlternateBase))
+        finite = [v for values in self.series.values() for v in values if math.isfinite(v)]
+        if not finite:
+            return
+        top = max(finite) * 1.1 or 1.0
+        area = QRectF(self.rect()).adjusted(4, 4, -4, -4)
+        step = area.width() / max(CHART_TURNS - 1, 1)
+        for name, dash in zip(CHARTED, (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine)):
+            pen = QPen(QColor(colors.color(QPalette.ColorRole.Highlight)), 2, dash)
+            painter.setPen(pen)
+            path, drawing = QPainterPath(), False
+            values = self.series[name]
+            first_x = area.right() - step * (len(values) - 1)
+            for i, value in enumerate(values):
+                if not math.isfinite(value):
+                    drawing = False
+                    continue
+                point = QPointF(first_x + i * step, area.bottom() - area.height() * value / top)
+                path.lineTo(point) if drawing else path.moveTo(point)
+                drawing = True
+            painter.drawPath(path)
+
+
+class LatencyMeter(QWidget):
+    """The figures of the last turn beside their p50 and p95, the chart, and the input level.
+
+    show_turn(metrics, summary) takes what MetricsRecorder delivers: the turn's TurnMetrics and
+    recorder.summary() ({figure: Figure(count, p50, p95)}).
+    """
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("latencyMeter")
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(10)
+        for column, heading in enumerate(("", "last", "p50", "p95")):
+            label = QLabel(heading, objectName="meterHeading")
+            label.setAlignment(Qt.AlignmentFlag.AlignRight if column else Qt.AlignmentFlag.AlignLeft)
+            grid.addWidget(label, 0, column)
+        self.values: dict[str, tuple[QLabel, QLabel, QLabel]] = {}
+        for row, (name, title, unit) in enumerate(SHOWN, start=1):
+            grid.addWidget(QLabel(title), row, 0)
+            cells = tuple(QLabel("–", objectName="meterValue") for _ in range(3))
+            for column, cell in enumerate(cells, start=1):
+                cell.setAlignment(Qt.AlignmentFlag.AlignRight)
+                grid.addWidget(cell, row, column)
+            self.values[name] = cells
+        self.chart = RollingChart()
+        self.level = LevelMeter()
+        self.turns = QLabel("no turns yet", objectName="meterHeading")
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("Latency", objectName="meterTitle"))
+        layout.addLayout(grid)
+        layout.addWidget(self.chart, 1)
+        layout.addWidget(self.turns)
+        layout.addWidget(QLabel("Microphone", objectName="meterHeading"))
+        layout.addWidget(self.level)
+
+    def show_turn(self, metrics, summary: Mapping) -> None:
+        """One turn's figures (engine/metrics.py TurnMetrics) and the rolling p50/p95 over the window."""
+        figures = metrics.as_dict()
+        for name, title, unit in SHOWN:
+            last, p50, p95 = self.values[name]
+            last.setText(format_figure(figures.get(name), unit))
+            figure = summary.get(name)
+            p50.setText(format_figure(figure.p50 if figure else None, unit))
+            p95.setText(format_figure(figure.p95 if figure else None, unit))
+        self.chart.add_turn(figures)
+        counted = max((f.count for f in summary.values()), default=0)
+        note = ", interrupted" if metrics.interrupted else ""
+        self.turns.setText(f"turn {metrics.turn + 1}{note}; p50/p95 over {counted} turns")
+
+    def set_level(self, rms_dbfs: float) -> None:
+        self.level.set_level(rms_dbfs)

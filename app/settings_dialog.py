@@ -1,0 +1,207 @@
+"""The settings dialog: voice, language, speaking style, sound devices, listening, system prompt, model
+paths, GPU/CPU and theme, written to Settings (app/settings.py) when the user saves.
+
+The voices and languages offered are the loaded model's (EngineInfo from the worker); the devices are
+PortAudio's (engine/audio/devices.py). The window applies what was saved without a restart where it
+can: the voice, the listening and the prompt at once, models and devices by reloading them.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.settings import ENGINE_DEVICES, LISTEN_MODES, SILENCE_MS_RANGE, THEMES, Settings
+from app.worker import EngineInfo
+from engine.errors import AudioDeviceError
+
+DEVICE_DEFAULT = "System default"
+
+
+class SettingsDialog(QDialog):
+    """Edits a Settings; "Save" writes every field and emits saved(), "Cancel" writes nothing.
+
+    Args:
+        settings: what is edited.
+        info: the loaded engine, for its voices and languages; None while no model is loaded (then the
+            stored names are offered as they are).
+
+    Signals:
+        saved(): the settings were written.
+    """
+
+    saved = Signal()
+
+    def __init__(self, settings: Settings, info: EngineInfo | None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.settings = settings
+        self.setObjectName("settingsDialog")
+        self.setWindowTitle("Parley settings")
+        tabs = QTabWidget()
+        tabs.addTab(self._voice_tab(info), "Voice")
+        tabs.addTab(self._listening_tab(), "Listening")
+        tabs.addTab(self._assistant_tab(), "Assistant")
+        tabs.addTab(self._models_tab(), "Models and engine")
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.save)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(tabs)
+        layout.addWidget(buttons)
+
+    # -- tabs ----------------------------------------------------------------------------------------------
+
+    def _voice_tab(self, info: EngineInfo | None) -> QWidget:
+        s = self.settings
+        self.speaker = QComboBox(objectName="speaker")
+        self.speaker.addItem("The model's first voice", "")
+        for name in info.speakers if info else ():
+            self.speaker.addItem(name, name)
+        self._select(self.speaker, s.speaker)
+        self.language = QComboBox(objectName="language")
+        self.language.addItem("Automatic", "auto")
+        for name in info.languages if info else ():
+            self.language.addItem(name.capitalize(), name)
+        self._select(self.language, s.language)
+        self.style_edit = QLineEdit(s.style, objectName="style")
+        self.style_edit.setPlaceholderText("e.g. calm and warm")
+        takes_style = info is not None and info.takes_style
+        self.style_edit.setEnabled(takes_style)
+        if not takes_style:
+            self.style_edit.setToolTip("The loaded speech model takes no speaking style (1.7B models do)")
+        self.output = self._device_box("output", s.output_device)
+        form = QFormLayout()
+        form.addRow("Voice", self.speaker)
+        form.addRow("Language", self.language)
+        form.addRow("Speaking style", self.style_edit)
+        form.addRow("Speakers", self.output)
+        return self._page(form)
+
+    def _listening_tab(self) -> QWidget:
+        s = self.settings
+        self.mode = QComboBox(objectName="listenMode")
+        for mode in LISTEN_MODES:
+            self.mode.addItem({"hands-free": "Hands-free (answers when you pause)",
+                               "push-to-talk": "Push-to-talk (hold Space)"}[mode], mode)
+        self._select(self.mode, s.listen_mode)
+        self.silence = QSpinBox(objectName="silenceMs", suffix=" ms", singleStep=100)
+        self.silence.setRange(*SILENCE_MS_RANGE)
+        self.silence.setValue(s.silence_ms)
+        self.silence.setToolTip("Hands-free: how long a pause ends your turn")
+        self.input = self._device_box("input", s.input_device)
+        form = QFormLayout()
+        form.addRow("Microphone", self.input)
+        form.addRow("Mode", self.mode)
+        form.addRow("Pause that ends a turn", self.silence)
+        return self._page(form)
+
+    def _assistant_tab(self) -> QWidget:
+        from engine.llm.chat import DEFAULT_SYSTEM_PROMPT
+
+        self.prompt = QPlainTextEdit(self.settings.system_prompt, objectName="systemPrompt")
+        self.prompt.setPlaceholderText(DEFAULT_SYSTEM_PROMPT)
+        form = QFormLayout()
+        form.addRow(QLabel("System prompt (empty: Parley's own)"))
+        form.addRow(self.prompt)
+        return self._page(form)
+
+    def _models_tab(self) -> QWidget:
+        s = self.settings
+        form = QFormLayout()
+        self.model_paths = {}
+        for key, title, folder in (("tts_model", "Speech model (folder)", True),
+                                   ("stt_model", "Speech recognition (folder)", True),
+                                   ("llm_model", "Language model (GGUF file)", False)):
+            edit = QLineEdit(getattr(s, key), objectName=key)
+            edit.setPlaceholderText("found automatically")
+            browse = QPushButton("Choose…")
+            browse.clicked.connect(lambda _=False, e=edit, f=folder, t=title: self._browse(e, f, t))
+            row = QHBoxLayout()
+            row.addWidget(edit, 1)
+            row.addWidget(browse)
+            form.addRow(title, row)
+            self.model_paths[key] = edit
+        self.device = QComboBox(objectName="engineDevice")
+        for device, label in zip(ENGINE_DEVICES, ("Automatic (GPU when there is one)", "GPU (CUDA)", "CPU")):
+            self.device.addItem(label, device)
+        self._select(self.device, s.device)
+        self.theme = QComboBox(objectName="theme")
+        for theme in THEMES:
+            self.theme.addItem({"system": "As the system", "light": "Light", "dark": "Dark"}[theme], theme)
+        self._select(self.theme, s.theme)
+        form.addRow("Run on", self.device)
+        form.addRow("Appearance", self.theme)
+        return self._page(form)
+
+    # -- saving --------------------------------------------------------------------------------------------
+
+    def save(self) -> None:
+        """Write every field, then saved() and close. The widgets offer only values Settings takes."""
+        values = {
+            "speaker": self.speaker.currentData(), "language": self.language.currentData(),
+            "style": self.style_edit.text().strip(), "output_device": self.output.currentData(),
+            "input_device": self.input.currentData(), "listen_mode": self.mode.currentData(),
+            "silence_ms": self.silence.value(), "system_prompt": self.prompt.toPlainText().strip(),
+            "device": self.device.currentData(), "theme": self.theme.currentData(),
+            **{key: edit.text().strip() for key, edit in self.model_paths.items()},
+        }
+        for name, value in values.items():
+            setattr(self.settings, name, value)
+        self.settings.sync()
+        self.saved.emit()
+        self.accept()
+
+    # -- helpers -------------------------------------------------------------------------------------------
+
+    def _device_box(self, kind: str, stored: str) -> QComboBox:
+        from engine.audio import list_devices
+
+        box = QComboBox(objectName=f"{kind}Device")
+        box.addItem(DEVICE_DEFAULT, "")
+        try:
+            names = [d.name for d in list_devices(kind)]
+        except AudioDeviceError as e:  # no PortAudio: the stored name is still offered
+            names = []
+            box.setToolTip(str(e))
+        for name in names:
+            box.addItem(name, name)
+        if stored and stored not in names:  # a device that is unplugged now keeps its setting
+            box.addItem(f"{stored} (not connected)", stored)
+        self._select(box, stored)
+        return box
+
+    def _browse(self, edit: QLineEdit, folder: bool, title: str) -> None:
+        path = (QFileDialog.getExistingDirectory(self, title, edit.text()) if folder else
+                QFileDialog.getOpenFileName(self, title, edit.text(), "GGUF models (*.gguf)")[0])
+        if path:
+            edit.setText(path)
+
+    @staticmethod
+    def _select(box: QComboBox, value) -> None:
+        index = box.findData(value)
+        if index < 0:  # a stored name the model does not list: keep it selectable rather than drop it
+            box.addItem(str(value), value)
+            index = box.count() - 1
+        box.setCurrentIndex(index)
+
+    @staticmethod
+    def _page(form: QFormLayout) -> QWidget:
+        page = QWidget()
+        page.setLayout(form)
+        return page
+

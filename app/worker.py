@@ -1,0 +1,380 @@
+"""The one worker that owns the engine: it loads the models (with progress), builds the Dialogue and the
+VoiceLoop (engine/pipeline.py, engine/voice.py), and relays their events to the window as Qt signals.
+
+The window moves an EngineWorker into a QThread and talks to it only through signals; loading runs in
+that thread, so the window opens first and never freezes. The engine (and torch) is imported there,
+on first load, never at the window's start-up.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from app.errors import Problem, problem_for
+from app.settings import EngineConfig
+
+log = logging.getLogger(__name__)
+
+# what each loading step is called on screen, and in "loading ..." problems
+STEPS = ("history", "language model", "speech model", "speech recognition", "speakers", "microphone",
+         "conversation")
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the window shows of the loaded engine, and what the settings dialog offers.
+
+    speakers, languages: the TTS model's (from its config.json); speaker: the voice in use.
+    takes_style: the model takes a speaking style (1.7B CustomVoice).
+    device: where the TTS runs ("cpu" or "cuda").
+    tts_model, llm_model, stt_model: the files or folders loaded; stt_model None when speech
+        recognition is off (then only typed turns work).
+    microphone, speakers_device: the device names; microphone None when none could be opened.
+    conversation_id: the conversation turns are saved to; None until the first turn.
+    """
+
+    speakers: tuple[str, ...]
+    languages: tuple[str, ...]
+    speaker: str | None
+    takes_style: bool
+    device: str
+    tts_model: Path
+    llm_model: Path
+    stt_model: Path | None
+    microphone: str | None
+    speakers_device: str
+    conversation_id: int | None
+
+
+class _Engine:
+    """The loaded parts; closed in reverse order of opening."""
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.history = self.chat = self.tts = self.transcriber = self.player = self.microphone = None
+        self.dialogue = self.loop = None
+        self.metrics = None  # one MetricsRecorder for the engine's life: p50/p95 span rebuilt loops
+        self.device = "cpu"
+        self.unsubscribe: list = []
+
+    def close_loop(self) -> None:
+        for unsubscribe in self.unsubscribe:
+            unsubscribe()
+        self.unsubscribe = []
+        if self.loop is not None:
+            self.loop.close()
+        self.loop = self.dialogue = None
+
+    def close(self) -> None:
+        self.close_loop()
+        for part in (self.microphone, self.player, self.history):
+            if part is not None:
+                try:
+                    part.close()
+                except Exception:  # closing must go on: a lost device may fail to close
+                    log.exception("closing %s failed", type(part).__name__)
+        self.microphone = self.player = self.history = None
+
+
+class EngineWorker(QObject):
+    """Owns every engine object; lives in its own QThread. Slots are the window's requests.
+
+    Signals:
+        progress(str, int, int): a loading step's name, steps done, steps in all.
+        ready(EngineInfo): loading (or applying settings) finished; the conversation can start.
+        failed(Problem): loading failed; nothing runs until load() is asked again.
+        notice(Problem): something the user should know that does not stop the conversation
+            (GPU missing -> CPU; no microphone -> typed turns only).
+        level(float): the microphone's RMS level in dBFS, about 10 a second.
+        state_changed(str): "listening", "hearing", "thinking", "speaking", "idle" or "muted".
+        speech_started(): the user started speaking.
+        partial(str): the live transcript while the user speaks.
+        heard(str): the final transcript of a spoken turn.
+        reply_text(str): the reply so far; it grows.
+        speaking_clause(str, int): that clause (the index-th of the reply) started playing.
+        turn_finished(TurnResult): a turn ended (engine/pipeline.py), possibly interrupted.
+        turn_failed(Problem): a turn failed; the conversation goes on.
+        barge_in(): speech was interrupted (by the user's voice or stop()).
+        metrics(TurnMetrics, dict): a turn's figures and the recorder's summary {figure: Figure}.
+        closed(): shutdown() finished; everything is closed.
+    """
+
+    progress = Signal(str, int, int)
+    ready = Signal(object)
+    failed = Signal(object)
+    notice = Signal(object)
+    level = Signal(float)
+    state_changed = Signal(str)
+    speech_started = Signal()
+    partial = Signal(str)
+    heard = Signal(str)
+    reply_text = Signal(str)
+    speaking_clause = Signal(str, int)
+    turn_finished = Signal(object)
+    turn_failed = Signal(object)
+    barge_in = Signal()
+    metrics = Signal(object, object)
+    closed = Signal()
+
+    def __init__(self):
+        super().__init__()  # no parent, so it can move to its thread
+        self._engine: _Engine | None = None
+        self._step = 0  # the loading step under way, named in a failure
+
+    # -- loading -------------------------------------------------------------------------------------
+
+    @Slot(object)
+    def load(self, config: EngineConfig) -> None:
+        """Close what is open, then load everything `config` names, step by step (progress signals)."""
+        self._close()
+        engine = _Engine(config)
+        try:
+            self._open(engine)
+        except Exception as e:
+            engine.close()
+            self.failed.emit(problem_for(e, f"loading the {STEPS[self._step]}"))
+            return
+        self._engine = engine
+        self.ready.emit(self._info())
+
+    @Slot(object)
+    def apply(self, config: EngineConfig) -> None:
+        """New settings: the voice, listening and prompt apply at once; new models or devices reload."""
+        engine = self._engine
+        if engine is None or engine.config.models_differ(config):
+            self.load(config)
+            return
+        from engine.llm.chat import DEFAULT_SYSTEM_PROMPT
+
+        engine.chat.system_prompt = config.system_prompt or DEFAULT_SYSTEM_PROMPT
+        old, engine.config = engine.config, config
+        try:
+            if (old.speaker, old.language, old.style, old.silence_ms, old.tts_seed) != \
+                    (config.speaker, config.language, config.style, config.silence_ms, config.tts_seed):
+                self._rebuild_loop(engine, engine.dialogue.conversation_id)
+            elif old.listen_mode != config.listen_mode:
+                engine.loop.set_mode(self._mode(config.listen_mode))
+        except Exception as e:  # e.g. a speaker the model lacks: the old voice stays
+            engine.config = old
+            self._rebuild_loop(engine, engine.dialogue.conversation_id if engine.dialogue else None)
+            self.notice.emit(problem_for(e, "applying the settings"))
+        self.ready.emit(self._info())
+
+    def _open(self, engine: _Engine) -> None:
+        config = engine.config
+        self._step = 0
+        self._progress()
+        from engine.history import HistoryStore, history_path
+
+        engine.history = HistoryStore(config.history_file or history_path())
+
+        self._advance()
+        import torch
+
+        from engine.llm.chat import DEFAULT_SYSTEM_PROMPT, ChatModel, ChatOptions, bundled_model_path
+        from engine.metrics import MetricsRecorder
+
+        has_cuda = torch.cuda.is_available()
+        engine.device = "cuda" if config.device in ("auto", "cuda") and has_cuda else "cpu"
+        if config.device == "cuda" and not has_cuda:
+            self.notice.emit(Problem(
+                "No usable GPU: Parley runs on the CPU", "The settings ask for the GPU (CUDA), but torch "
+                f"finds no CUDA device (torch {torch.__version__}).",
+                "Choose CPU or Auto in Settings to stop this message; replies may be slower.", "settings"))
+        chat_options = config.chat_options or ChatOptions()
+        if engine.device == "cpu":
+            chat_options = replace(chat_options, n_gpu_layers=0)
+        llm_path = Path(config.llm_model).expanduser() if config.llm_model else bundled_model_path()
+        engine.chat = ChatModel(llm_path, chat_options, config.system_prompt or DEFAULT_SYSTEM_PROMPT)
+        engine.metrics = MetricsRecorder()
+
+        self._advance()
+        from engine.models import find_tts_model
+        from engine.tts import load_tts
+
+        engine.tts = load_tts(find_tts_model(config.tts_model or None), device=engine.device)
+
+        self._advance()
+        from engine.stt import Transcriber, TranscriberOptions
+
+        try:
+            engine.transcriber = Transcriber(config.stt_model or None, TranscriberOptions(device=engine.device))
+            engine.transcriber.warm_up()
+        except Exception as e:  # typed turns still work without it
+            self.notice.emit(self._voice_off(e, "loading the speech recognition"))
+            engine.transcriber = None
+
+        self._advance()
+        from engine.audio import Microphone, Player
+
+        engine.player = Player(config.output_device or None)
+
+        self._advance()
+        if engine.transcriber is not None:
+            try:
+                engine.microphone = Microphone(config.input_device or None)
+            except Exception as e:
+                self.notice.emit(self._voice_off(e, "opening the microphone"))
+
+        self._advance()
+        self._rebuild_loop(engine, None)
+        self._advance()
+
+    def _rebuild_loop(self, engine: _Engine, conversation_id: int | None) -> None:
+        """A new Dialogue and VoiceLoop over the loaded models, saving to `conversation_id`."""
+        from engine.pipeline import Dialogue, DialogueOptions
+        from engine.stt.vad import VadOptions
+        from engine.voice import VoiceLoop, VoiceOptions
+
+        engine.close_loop()
+        config = engine.config
+        options = DialogueOptions(speaker=config.speaker or None, language=config.language or "auto",
+                                  tts_seed=config.tts_seed)
+        engine.dialogue = Dialogue(engine.chat, engine.tts, engine.player, engine.history, engine.transcriber,
+                                   options=options, metrics=engine.metrics, conversation_id=conversation_id)
+        voice = VoiceOptions(mode=self._mode(config.listen_mode), vad=VadOptions(silence_ms=config.silence_ms))
+        engine.loop = VoiceLoop(engine.dialogue, engine.microphone, options=voice)
+        recorder = engine.metrics
+        engine.unsubscribe = [
+            engine.loop.subscribe(self._relay),
+            recorder.subscribe(lambda metrics: self.metrics.emit(metrics, dict(recorder.summary()))),
+        ]
+        engine.loop.start()
+
+    @staticmethod
+    def _mode(listen_mode: str):
+        from engine.stt.vad import Mode
+
+        return Mode(listen_mode)
+
+    def _voice_off(self, error: Exception, doing: str) -> Problem:
+        problem = problem_for(error, doing)
+        return replace(problem, headline="Voice input is off: " + problem.headline[0].lower() + problem.headline[1:],
+                       advice="You can still type to Parley. " + problem.advice)
+
+    def _progress(self) -> None:
+        self.progress.emit(STEPS[min(self._step, len(STEPS) - 1)], self._step, len(STEPS))
+
+    def _advance(self) -> None:
+        self._step += 1
+        self._progress()
+
+    def _info(self) -> EngineInfo:
+        from engine.errors import InputTextError
+
+        engine = self._engine
+        tts = engine.tts
+        try:  # the model says whether it takes a style: resolve_voice refuses one it cannot use
+            tts.resolve_voice(engine.dialogue.speaker, "auto", "calm")
+            takes_style = True
+        except InputTextError:
+            takes_style = False
+        return EngineInfo(
+            speakers=tuple(tts.speakers), languages=tuple(tts.languages), speaker=engine.dialogue.speaker,
+            takes_style=takes_style, device=engine.device, tts_model=tts.folder, llm_model=engine.chat.model_path,
+            stt_model=engine.transcriber.path if engine.transcriber else None,
+            microphone=engine.microphone.device.name if engine.microphone else None,
+            speakers_device=engine.player.device.name, conversation_id=engine.dialogue.conversation_id,
+        )
+
+    # -- the conversation: the window's requests -------------------------------------------------------
+
+    @Slot(str)
+    def send(self, text: str) -> None:
+        """A typed turn: the LLM answers and the reply is spoken."""
+        self._engine.loop.submit_text(text)
+
+    @Slot(str)
+    def speak(self, text: str) -> None:
+        """Speak `text` as it is, without the LLM."""
+        self._engine.loop.submit_text(text, speak_only=True)
+
+    @Slot()
+    def press(self) -> None:
+        """Push-to-talk key down."""
+        self._engine.loop.press()
+
+    @Slot()
+    def release(self) -> None:
+        """Push-to-talk key up: what was said becomes a turn."""
+        self._engine.loop.release()
+
+    @Slot()
+    def stop(self) -> None:
+        """Interrupt the speech at once."""
+        self._engine.loop.stop()
+
+    @Slot(bool)
+    def set_muted(self, muted: bool) -> None:
+        self._engine.loop.muted = muted
+
+    @Slot(str)
+    def set_mode(self, listen_mode: str) -> None:
+        """"hands-free" or "push-to-talk"."""
+        self._engine.config = replace(self._engine.config, listen_mode=listen_mode)
+        self._engine.loop.set_mode(self._mode(listen_mode))
+
+    @Slot(int)
+    def open_conversation(self, conversation_id: int) -> None:
+        """Carry on a saved conversation: the LLM sees its turns, new turns are saved to it."""
+        engine = self._engine
+        try:
+            conversation = engine.history.open_conversation(conversation_id)
+            engine.close_loop()  # no turn runs while the LLM's history is replaced
+            engine.chat.history = conversation.messages()
+        except Exception as e:
+            self.notice.emit(problem_for(e, "reopening the conversation"))
+            conversation_id = engine.dialogue.conversation_id if engine.dialogue else None
+        self._rebuild_loop(engine, conversation_id)
+        self.ready.emit(self._info())
+
+    @Slot()
+    def new_conversation(self) -> None:
+        """Start afresh: the LLM forgets, the next turn opens a new saved conversation."""
+        engine = self._engine
+        engine.close_loop()
+        engine.chat.clear_history()
+        self._rebuild_loop(engine, None)
+        self.ready.emit(self._info())
+
+    @Slot()
+    def shutdown(self) -> None:
+        """Close everything (joins the loop's threads); then closed()."""
+        self._close()
+        self.closed.emit()
+
+    def _close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+
+    # -- engine events -> signals (called on the engine's own threads) --------------------------------
+
+    def _relay(self, event) -> None:
+        from engine import voice
+
+        kind = type(event)
+        if kind is voice.Level:
+            self.level.emit(event.rms_dbfs)
+        elif kind is voice.StateChanged:
+            self.state_changed.emit(event.state)
+        elif kind is voice.SpeechStarted:
+            self.speech_started.emit()
+        elif kind is voice.Partial:
+            self.partial.emit(event.text)
+        elif kind is voice.Heard:
+            self.heard.emit(event.text)
+        elif kind is voice.ReplyText:
+            self.reply_text.emit(event.text)
+        elif kind is voice.SpeakingClause:
+            self.speaking_clause.emit(event.text, event.index)
+        elif kind is voice.TurnFinished:
+            self.turn_finished.emit(event.result)
+        elif kind is voice.TurnFailed:
+            self.turn_failed.emit(problem_for(event.error, "answering"))
+        elif kind is voice.BargeIn:
+            self.barge_in.emit()

@@ -1,0 +1,73 @@
+"""The chat view on real widgets: partial transcripts, growing replies, the spoken clause highlighted."""
+
+from app.chat_view import ChatView
+from engine.history import Turn
+
+
+def roles(view):
+    return [(b.role, b.text) for b in view.bubbles]
+
+
+def test_a_partial_transcript_is_replaced_by_the_final_one(qtbot):
+    """Partials update one bubble while the user speaks; the final transcript takes its place."""
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.show_partial("what is")
+    view.show_partial("what is the time")
+    assert roles(view) == [("partial", "what is the time")]
+    view.add_user("What is the time?")
+    assert roles(view) == [("user", "What is the time?")]
+
+
+def test_the_reply_grows_and_the_clause_being_spoken_is_highlighted(qtbot):
+    """ReplyText grows one assistant bubble; each SpeakingClause highlights that clause, the earlier one no longer."""
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.add_user("Colors?")
+    view.reply_text("Red,")
+    view.reply_text("Red, green and blue. Also")
+    view.reply_text("Red, green and blue. Also yellow.")
+    reply = view.bubbles[-1]
+    assert roles(view) == [("user", "Colors?"), ("assistant", "Red, green and blue. Also yellow.")]
+
+    view.speaking_clause("Red, green and blue.", 0)
+    shown = reply.label.text()
+    assert "<span" in shown and shown.index("<span") < shown.index("Red, green and blue.") < shown.index("</span>")
+    view.speaking_clause("Also yellow.", 1)
+    shown = reply.label.text()
+    assert shown.startswith("Red, green and blue. <span") and shown.index("Also yellow.") < shown.index("</span>")
+
+    view.finish_reply("Red, green and blue. Also yellow.")
+    assert "<span" not in reply.label.text() and reply.note.isHidden()
+
+
+def test_an_interrupted_reply_is_marked_and_a_failed_turn_says_why(qtbot):
+    """Barge-in marks the reply 'interrupted'; a failed turn without a reply leaves a notice line."""
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.add_user("Tell me a story.")
+    view.reply_text("Once upon a time")
+    view.finish_reply("Once upon a time", interrupted=True)
+    assert not view.bubbles[-1].note.isHidden() and view.bubbles[-1].note.text() == "interrupted"
+    view.show_partial("uh")
+    view.fail_turn("heard no words; please speak again")
+    assert roles(view)[-1] == ("notice", "heard no words; please speak again")
+    assert "partial" not in [b.role for b in view.bubbles]
+
+
+def test_text_is_shown_as_text_not_markup(qtbot):
+    """What the user or the LLM writes is escaped: tags show as typed."""
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.add_user("<b>bold</b> & co")
+    assert view.bubbles[-1].label.text() == "&lt;b&gt;bold&lt;/b&gt; &amp; co"
+
+
+def test_a_saved_conversation_is_shown_turn_by_turn(qtbot):
+    """show_turns() replaces the view with the saved turns, interrupted ones marked."""
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.add_user("old")
+    view.show_turns([Turn("user", "Hi"), Turn("assistant", "Hello there, how", heard_text="Hello", interrupted=True)])
+    assert roles(view) == [("user", "Hi"), ("assistant", "Hello there, how")]
+    assert view.bubbles[-1].note.text() == "interrupted"

@@ -1,0 +1,46 @@
+"""Readable errors: engine exceptions become a headline, the detail, one line of what to do, and a way forward."""
+
+from PySide6.QtWidgets import QMessageBox
+
+from app.errors import ErrorDialog, problem_for
+from engine.errors import AudioDeviceError, HistoryError, InputTextError, ModelFilesError
+
+
+def test_each_kind_of_failure_points_to_the_page_that_fixes_it():
+    """No model -> Models page; no device or out of memory -> Settings; bad text or history -> no page."""
+    missing = problem_for(ModelFilesError("/x: no such model folder"), "loading the speech model")
+    assert missing.action == "models" and missing.detail == "/x: no such model folder"
+    assert "speech model" in missing.headline
+    assert problem_for(AudioDeviceError("this machine has no input device"), "opening the microphone").action == "settings"
+    assert "typing still works" in problem_for(AudioDeviceError("x"), "y").advice
+    memory = problem_for(MemoryError(), "loading the speech model")
+    assert memory.headline.startswith("Out of memory") and memory.action == "settings"
+    assert problem_for(InputTextError("unknown speaker 'rian'"), "answering").action is None
+    assert problem_for(HistoryError("disk full"), "answering").action is None
+    other = problem_for(KeyError("rian"), "answering")
+    assert other.detail == "KeyError: 'rian'" and other.action is None
+
+
+def test_torch_out_of_memory_is_recognised_without_importing_torch_here():
+    """A CUDA out-of-memory error (torch.OutOfMemoryError) reads as 'Out of memory'."""
+    import torch
+
+    problem = problem_for(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "answering")
+    assert problem.headline == "Out of memory while answering" and problem.action == "settings"
+    assert "2.00 GiB" in problem.detail
+
+
+def test_the_dialog_shows_the_problem_and_its_button_leads_on(qtbot):
+    """The message box carries the headline, detail and advice; its action button emits the action."""
+    problem = problem_for(ModelFilesError("the speech model is not on this machine"), "loading the speech model")
+    dialog = ErrorDialog(problem)
+    qtbot.addWidget(dialog)
+    dialog.open()
+    assert dialog.text() == problem.headline
+    assert problem.detail in dialog.informativeText() and problem.advice in dialog.informativeText()
+    with qtbot.waitSignal(dialog.action_chosen) as chosen:
+        dialog.action_button.click()
+    assert chosen.args == ["models"]
+    plain = ErrorDialog(problem_for(InputTextError("empty text"), "answering"))
+    qtbot.addWidget(plain)
+    assert plain.action_button is None and plain.button(QMessageBox.StandardButton.Close) is not None

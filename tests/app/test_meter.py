@@ -1,0 +1,56 @@
+"""The latency meter shows what engine/metrics delivers: the last turn, p50/p95, a chart, the input level."""
+
+import math
+
+from app.meter import LatencyMeter, format_figure
+from engine.metrics import MetricsRecorder, TurnMetrics
+
+
+def test_the_meter_updates_from_metric_events_with_the_recorders_percentiles(qtbot):
+    """Each recorded turn reaches the meter through the recorder's subscription; its cells are the summary's."""
+    meter = LatencyMeter()
+    qtbot.addWidget(meter)
+    recorder = MetricsRecorder()
+    recorder.subscribe(lambda m: meter.show_turn(m, recorder.summary()))
+    turns = [
+        TurnMetrics(turn=0, stt_ms=210.0, llm_ttft_ms=95.0, tts_ttfc_ms=120.0, tts_rtf=0.41, voice_to_voice_ms=640.0),
+        TurnMetrics(turn=1, llm_ttft_ms=80.0, tts_ttfc_ms=150.0, tts_rtf=0.52),  # typed: no STT, no voice-to-voice
+        TurnMetrics(turn=2, stt_ms=190.0, llm_ttft_ms=101.0, tts_ttfc_ms=133.0, tts_rtf=0.47, voice_to_voice_ms=580.0,
+                    interrupted=True),
+    ]
+    for m in turns:
+        recorder.record(m)
+
+    summary = recorder.summary()
+    for name, unit in (("tts_ttfc_ms", "ms"), ("tts_rtf", ""), ("stt_ms", "ms"), ("llm_ttft_ms", "ms"),
+                       ("voice_to_voice_ms", "ms")):
+        last, p50, p95 = (cell.text() for cell in meter.values[name])
+        assert last == format_figure(getattr(turns[-1], name), unit)
+        assert (p50, p95) == (format_figure(summary[name].p50, unit), format_figure(summary[name].p95, unit))
+    assert meter.values["tts_ttfc_ms"][0].text() == "133 ms" and meter.values["tts_rtf"][0].text() == "0.47"
+    assert "turn 3, interrupted" in meter.turns.text()
+    assert list(meter.chart.series["tts_ttfc_ms"]) == [120.0, 150.0, 133.0]
+    v2v = list(meter.chart.series["voice_to_voice_ms"])
+    assert v2v[0] == 640.0 and math.isnan(v2v[1]) and v2v[2] == 580.0  # the typed turn is a gap
+
+
+def test_a_figure_the_turn_did_not_measure_shows_a_dash():
+    """None or a non-finite figure reads as '–', never as 0 or 'nan'."""
+    assert format_figure(None, "ms") == format_figure(math.inf, "") == "–"
+    assert format_figure(182.4, "ms") == "182 ms"
+
+
+def test_the_level_bar_follows_the_input_level(qtbot):
+    """Level events fill the bar: silence empty, -30 dBFS half, 0 dBFS full; the widget repaints."""
+    meter = LatencyMeter()
+    qtbot.addWidget(meter)
+    meter.show()
+    assert meter.level.fraction() == 0.0
+    meter.set_level(-30.0)
+    assert meter.level.fraction() == 0.5
+    meter.set_level(3.0)
+    assert meter.level.fraction() == 1.0
+    meter.set_level(-math.inf)
+    assert meter.level.fraction() == 0.0
+    meter.chart.add_turn({"tts_ttfc_ms": 100.0})
+    assert not meter.chart.grab().isNull()  # the painters run on real data without error
