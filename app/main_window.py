@@ -211,7 +211,7 @@ class MainWindow(QMainWindow):
             if shortcut:
                 act.setShortcut(QKeySequence(shortcut))
                 act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-            act.triggered.connect(slot)
+            (act.toggled if checkable else act.triggered).connect(slot)
             menu.addAction(act)
             return act
 

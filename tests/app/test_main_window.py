@@ -1,0 +1,162 @@
+"""The main window's controls on real widgets: what each key and button asks of the worker, and how the
+worker's signals show. The worker's thread is not started here (tests/app/test_engine_window.py runs
+the window on the real engine); its signals are emitted as the worker would emit them."""
+
+import pytest
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import QApplication
+
+from app.errors import Problem
+from app.main_window import MainWindow
+from engine.metrics import MetricsRecorder, TurnMetrics
+from tests.app.conftest import INFO
+
+
+@pytest.fixture
+def window(qtbot, settings, tmp_path):
+    window = MainWindow(settings, history_file=tmp_path / "history.sqlite3")
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    return window
+
+
+def ready(window, **changes):
+    from dataclasses import replace
+
+    window.worker.ready.emit(replace(INFO, **changes))
+
+
+def test_enter_sends_the_text_and_ctrl_enter_only_speaks_it(window, qtbot):
+    """Enter asks for a turn with the typed text and shows it; Ctrl+Enter asks to speak it as written."""
+    ready(window)
+    qtbot.keyClicks(window.message, "What time is it?")
+    with qtbot.waitSignal(window.send_requested) as sent:
+        qtbot.keyClick(window.message, Qt.Key.Key_Return)
+    assert sent.args == ["What time is it?"] and window.message.toPlainText() == ""
+    assert [(b.role, b.text) for b in window.chat.bubbles] == [("user", "What time is it?")]
+
+    qtbot.keyClicks(window.message, "Say this.")
+    with qtbot.waitSignal(window.speak_requested) as spoken:
+        qtbot.keyClick(window.message, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert spoken.args == ["Say this."]
+    assert window.chat.bubbles[-1].role == "assistant" and window.chat.bubbles[-1].text == "Say this."
+
+    qtbot.keyClicks(window.message, "two")
+    qtbot.keyClick(window.message, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert window.message.toPlainText() == "two\n"  # Shift+Enter is a new line
+
+
+def test_text_typed_while_the_models_load_stays_in_the_box(window, qtbot):
+    """Before the worker is ready nothing is sent and nothing typed is lost; the status bar says why."""
+    qtbot.keyClicks(window.message, "Hello?")
+    with qtbot.assertNotEmitted(window.send_requested):
+        qtbot.keyClick(window.message, Qt.Key.Key_Return)
+        window.send_button.click()
+    assert window.message.toPlainText() == "Hello?" and window.chat.bubbles == []
+    assert "not ready" in window.statusBar().currentMessage()
+
+
+def test_holding_space_is_push_to_talk_unless_the_text_box_has_focus(window, qtbot):
+    """Space down asks press(), up asks release(), key repeats are ignored; in the text box Space types."""
+    ready(window)
+    window.hands_free.setChecked(False)
+    window.chat.setFocus()
+    with qtbot.waitSignal(window.press_requested):
+        qtbot.keyPress(window.chat, Qt.Key.Key_Space)
+    # a held key repeats as release+press pairs marked auto-repeat: they must not end the turn
+    with qtbot.assertNotEmitted(window.release_requested):
+        QApplication.sendEvent(window.chat, QKeyEvent(QEvent.Type.KeyRelease, Qt.Key.Key_Space,
+                                                      Qt.KeyboardModifier.NoModifier, " ", True))
+    with qtbot.waitSignal(window.release_requested):
+        qtbot.keyRelease(window.chat, Qt.Key.Key_Space)
+
+    window.message.setFocus()
+    with qtbot.assertNotEmitted(window.press_requested):
+        qtbot.keyClick(window.message, Qt.Key.Key_Space)
+    assert window.message.toPlainText() == " "
+
+
+def test_hands_free_mode_is_switched_saved_and_space_no_longer_talks(window, qtbot, settings):
+    """The Hands-free toggle asks the worker for the mode and stores it; in hands-free Space does nothing."""
+    ready(window)
+    window.hands_free.setChecked(False)
+    with qtbot.waitSignal(window.mode_requested) as mode:
+        window.hands_free.setChecked(True)
+    assert mode.args == ["hands-free"] and settings.listen_mode == "hands-free"
+    assert not window.talk_button.isEnabled()
+    window.chat.setFocus()
+    with qtbot.assertNotEmitted(window.press_requested):
+        qtbot.keyPress(window.chat, Qt.Key.Key_Space)
+
+
+def test_the_talk_button_held_is_push_to_talk(window, qtbot):
+    """Pressing and releasing the big button asks press() and release()."""
+    ready(window)
+    window.hands_free.setChecked(False)
+    with qtbot.waitSignal(window.press_requested):
+        qtbot.mousePress(window.talk_button, Qt.MouseButton.LeftButton)
+    with qtbot.waitSignal(window.release_requested):
+        qtbot.mouseRelease(window.talk_button, Qt.MouseButton.LeftButton)
+
+
+def test_escape_stops_and_ctrl_m_mutes(window, qtbot):
+    """Esc (and the Stop button) ask stop(); Ctrl+M toggles the mute, shown on the Mute button."""
+    ready(window)
+    window.activateWindow()
+    with qtbot.waitSignal(window.stop_requested):
+        qtbot.keyClick(window.chat, Qt.Key.Key_Escape)
+    with qtbot.waitSignal(window.stop_requested):
+        window.stop_button.click()
+    with qtbot.waitSignal(window.mute_requested) as muted:
+        qtbot.keyClick(window.chat, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier)
+    assert muted.args == [True] and window.mute_button.isChecked() and window.mute_button.text() == "Unmute"
+
+
+def test_the_workers_signals_drive_the_conversation_meter_and_state(window, qtbot):
+    """Heard, reply text, spoken clauses, the end of a turn, metrics and states show in the window."""
+    ready(window)
+    w = window.worker
+    w.state_changed.emit("hearing")
+    assert window.state_label.text() == "Hearing you…" and window.talk_button.property("state") == "hearing"
+    w.partial.emit("name three")
+    w.heard.emit("Name three colors.")
+    w.reply_text.emit("Red, green")
+    w.reply_text.emit("Red, green and blue.")
+    w.speaking_clause.emit("Red, green and blue.", 0)
+    recorder = MetricsRecorder()
+    recorder.subscribe(lambda m: w.metrics.emit(m, dict(recorder.summary())))
+    recorder.record(TurnMetrics(tts_ttfc_ms=140.0, tts_rtf=0.5, llm_ttft_ms=90.0))
+    assert [(b.role, b.text) for b in window.chat.bubbles] == [("user", "Name three colors."),
+                                                             ("assistant", "Red, green and blue.")]
+    assert window.meter.values["tts_ttfc_ms"][1].text() == "140 ms"
+    w.level.emit(-30.0)
+    assert window.meter.level.fraction() == 0.5
+
+
+def test_a_failed_load_shows_a_dialog_whose_button_opens_the_settings(window, qtbot):
+    """A loading Problem is a dialog with the headline and a way forward; its button opens that page."""
+    problem = Problem("A sound device is not working (loading the speakers)", "no output device",
+                      "Choose another one in Settings.", "settings")
+    window.worker.failed.emit(problem)
+    dialog = window.dialog
+    assert dialog.isVisible() and dialog.text() == problem.headline
+    assert window.info is None and "Not ready" in window.state_label.text()
+    dialog.action_button.click()
+    from app.settings_dialog import SettingsDialog
+
+    assert window.findChild(SettingsDialog, "settingsDialog").isVisible()
+
+
+def test_a_notice_keeps_the_conversation_going_and_says_what_to_do(window, qtbot):
+    """No microphone: a notice bar (not a dialog), typing still works, the talk button says why it is off."""
+    window.worker.notice.emit(Problem("Voice input is off: no microphone", "this machine has no input device",
+                                      "You can still type to Parley.", "settings"))
+    ready(window, microphone=None)
+    assert not window.notice.isHidden() and "no microphone" in window.notice.label.text()
+    assert window.dialog is None
+    assert not window.talk_button.isEnabled() and "type below" in window.talk_button.text()
+    qtbot.keyClicks(window.message, "typed")
+    with qtbot.waitSignal(window.send_requested):
+        qtbot.keyClick(window.message, Qt.Key.Key_Return)

@@ -1,0 +1,70 @@
+"""The settings dialog on real widgets: offers the loaded model's voices, saves to Settings, cancels cleanly."""
+
+from dataclasses import replace
+
+from PySide6.QtWidgets import QDialogButtonBox
+
+from app.settings_dialog import SettingsDialog
+from tests.app.conftest import INFO
+
+
+def choose(box, data):
+    index = box.findData(data)
+    assert index >= 0, f"{box.objectName()} does not offer {data!r}"
+    box.setCurrentIndex(index)
+
+
+def test_saving_writes_every_choice_to_the_settings(qtbot, settings):
+    """Voice, language, listening, prompt, models and engine chosen in the dialog are in the settings after Save."""
+    dialog = SettingsDialog(settings, INFO)
+    qtbot.addWidget(dialog)
+    assert [dialog.speaker.itemData(i) for i in range(dialog.speaker.count())] == ["", "aiden", "ryan"]
+    assert [dialog.language.itemData(i) for i in range(dialog.language.count())] == ["auto", "english", "german"]
+    choose(dialog.speaker, "ryan")
+    choose(dialog.language, "german")
+    choose(dialog.mode, "push-to-talk")
+    dialog.silence.setValue(1100)
+    dialog.prompt.setPlainText("  Answer in one sentence.  ")
+    dialog.model_paths["llm_model"].setText("/models/other.gguf")
+    choose(dialog.device, "cpu")
+    choose(dialog.theme, "dark")
+    with qtbot.waitSignal(dialog.saved):
+        dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Save).click()
+
+    assert (settings.speaker, settings.language, settings.listen_mode, settings.silence_ms) == \
+        ("ryan", "german", "push-to-talk", 1100)
+    assert settings.system_prompt == "Answer in one sentence." and settings.llm_model == "/models/other.gguf"
+    assert (settings.device, settings.theme) == ("cpu", "dark")
+    assert dialog.result() == SettingsDialog.DialogCode.Accepted
+
+
+def test_cancel_writes_nothing(qtbot, settings):
+    """Changes in a cancelled dialog never reach the settings file."""
+    dialog = SettingsDialog(settings, INFO)
+    qtbot.addWidget(dialog)
+    choose(dialog.speaker, "ryan")
+    dialog.silence.setValue(2000)
+    with qtbot.assertNotEmitted(dialog.saved):
+        dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Cancel).click()
+    assert settings.speaker == "" and settings.silence_ms == 700 and settings.store.allKeys() == []
+
+
+def test_the_style_field_is_offered_only_where_the_model_takes_one(qtbot, settings):
+    """A 0.6B model takes no speaking style: the field is off and says why; a 1.7B model's is on."""
+    off = SettingsDialog(settings, INFO)
+    on = SettingsDialog(settings, replace(INFO, takes_style=True))
+    qtbot.addWidget(off)
+    qtbot.addWidget(on)
+    assert not off.style_edit.isEnabled() and "no speaking style" in off.style_edit.toolTip()
+    assert on.style_edit.isEnabled()
+
+
+def test_stored_names_the_machine_lacks_now_are_kept(qtbot, settings):
+    """An unplugged device or a voice of another model stays selected as stored, not silently replaced."""
+    settings.input_device, settings.speaker = "USB headset", "vivian"
+    dialog = SettingsDialog(settings, INFO)
+    qtbot.addWidget(dialog)
+    assert dialog.input.currentData() == "USB headset" and "not connected" in dialog.input.currentText()
+    assert dialog.speaker.currentData() == "vivian"
+    dialog.save()
+    assert settings.input_device == "USB headset" and settings.speaker == "vivian"
