@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.main_window import MainWindow
 from app.settings import APPLICATION, ORGANIZATION, Settings
+from app.style import apply_style
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)
     app.setApplicationDisplayName("Parley")
-    window = MainWindow(Settings())
+    settings = Settings()
+    apply_style(app, settings.theme)
+    window = MainWindow(settings)
     window.show()
     QTimer.singleShot(0, window.start_engine)  # after the first paint: the window is up before loading starts
     return app.exec()

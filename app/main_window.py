@@ -366,6 +366,9 @@ class MainWindow(QMainWindow):
         return dialog
 
     def _settings_saved(self) -> None:
+        from app.style import apply_style
+
+        apply_style(QApplication.instance(), self.settings.theme)
         self.hands_free.setChecked(self.settings.listen_mode == "hands-free")
         if self._thread.isRunning():
             self.apply_requested.emit(self.settings.engine_config(self.history_file))

@@ -19,6 +19,12 @@ INFO = EngineInfo(speakers=("aiden", "ryan"), languages=("english", "german"), s
                   microphone="default", speakers_device="default", conversation_id=None)
 
 
+@pytest.fixture(autouse=True)
+def _sound(sound_server):
+    """The PulseAudio null sink, up before anything lists devices: PortAudio lists them once, at import
+    (tests/conftest.py), and the settings dialog lists them."""
+
+
 @pytest.fixture
 def settings(tmp_path):
     """A Settings over an INI file in tmp_path."""

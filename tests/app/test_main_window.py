@@ -160,3 +160,18 @@ def test_a_notice_keeps_the_conversation_going_and_says_what_to_do(window, qtbot
     qtbot.keyClicks(window.message, "typed")
     with qtbot.waitSignal(window.send_requested):
         qtbot.keyClick(window.message, Qt.Key.Key_Return)
+
+
+def test_saving_the_settings_restyles_the_app_at_once(window, qtbot, qapp):
+    """A theme saved in the settings dialog is applied without a restart."""
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    dialog = window.open_settings()
+    dialog.theme.setCurrentIndex(dialog.theme.findData("dark"))
+    try:
+        dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Save).click()
+        assert window.settings.theme == "dark" and qapp.property("parleyScheme") == "dark"
+    finally:
+        from app.style import apply_style
+
+        apply_style(qapp, "system")

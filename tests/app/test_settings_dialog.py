@@ -68,3 +68,14 @@ def test_stored_names_the_machine_lacks_now_are_kept(qtbot, settings):
     assert dialog.speaker.currentData() == "vivian"
     dialog.save()
     assert settings.input_device == "USB headset" and settings.speaker == "vivian"
+
+
+def test_the_null_sinks_devices_are_offered(qtbot, settings):
+    """The speaker and microphone lists are PortAudio's devices (here the PulseAudio null sink's)."""
+    from engine.audio import list_devices
+
+    dialog = SettingsDialog(settings, INFO)
+    qtbot.addWidget(dialog)
+    outputs = [dialog.output.itemData(i) for i in range(dialog.output.count())]
+    assert outputs == [""] + [d.name for d in list_devices("output")] and len(outputs) > 1
+    assert dialog.input.count() == 1 + len(list_devices("input"))
