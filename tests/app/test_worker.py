@@ -1,0 +1,87 @@
+"""The engine worker in its own thread with the real engine: the tiny TTS checkpoint, SmolLM2, Whisper
+base and the PulseAudio null sink; loading with progress, turns relayed as signals, failures as Problems."""
+
+from dataclasses import replace
+
+import pytest
+from PySide6.QtCore import QThread
+
+from app.settings import EngineConfig
+from app.worker import STEPS, EngineWorker
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+
+LOAD_S = 240  # generous: the machine's two cores are shared with other work
+TURN_S = 120
+
+
+@pytest.fixture(scope="module")
+def base_config(short_checkpoint, smollm2_path, whisper_dir, tmp_path_factory):
+    from engine.llm.chat import ChatOptions
+
+    # push-to-talk: hands-free would hear Parley's own voice through the null sink's monitor
+    return EngineConfig(
+        tts_model=str(short_checkpoint), stt_model=str(whisper_dir), llm_model=str(smollm2_path), speaker="ryan",
+        listen_mode="push-to-talk", device="cpu", history_file=tmp_path_factory.mktemp("history") / "h.sqlite3",
+        chat_options=ChatOptions(n_ctx=512, max_tokens=32, n_threads=1, temperature=0.0), tts_seed=1,
+    )
+
+
+class Harness:
+    """An EngineWorker in a started QThread, driven as the window drives it: through queued signals."""
+
+    def __init__(self, qtbot):
+        from PySide6.QtCore import QObject, Signal
+
+        class Requests(QObject):
+            load = Signal(object)
+            send = Signal(str)
+            shutdown = Signal()
+
+        self.qtbot = qtbot
+        self.thread = QThread()
+        self.worker = EngineWorker()
+        self.worker.moveToThread(self.thread)
+        self.requests = Requests()
+        self.requests.load.connect(self.worker.load)
+        self.requests.send.connect(self.worker.send)
+        self.requests.shutdown.connect(self.worker.shutdown)
+        self.progress = []
+        self.worker.progress.connect(lambda step, done, total: self.progress.append((step, done, total)))
+        self.thread.start()
+
+    def close(self):
+        with self.qtbot.waitSignal(self.worker.closed, timeout=TURN_S * 1000):
+            self.requests.shutdown.emit()
+        self.thread.quit()
+        self.thread.wait()
+
+
+@pytest.fixture
+def harness(qtbot):
+    harness = Harness(qtbot)
+    yield harness
+    harness.close()
+
+
+def test_a_missing_speech_model_fails_with_the_way_to_the_models_page(harness, base_config, tmp_path):
+    """No TTS checkpoint: loading stops at the speech model with a Problem that leads to the Models page."""
+    config = replace(base_config, tts_model=str(tmp_path / "no-such-model"))
+    with harness.qtbot.waitSignal(harness.worker.failed, timeout=LOAD_S * 1000) as failed:
+        harness.requests.load.emit(config)
+    problem = failed.args[0]
+    assert problem.action == "models" and "speech model" in problem.headline
+    assert "no-such-model" in problem.detail
+    steps = [step for step, _, _ in harness.progress]
+    assert steps[:3] == list(STEPS[:3]) and "speakers" not in steps
+    assert all(total == len(STEPS) for _, _, total in harness.progress)
+
+
+def test_a_file_that_is_no_gguf_model_fails_readably(harness, base_config, tmp_path):
+    """A broken LLM path: a readable Problem naming the file, pointing to the Models page."""
+    bad = tmp_path / "chat.gguf"
+    bad.write_bytes(b"not a model")
+    with harness.qtbot.waitSignal(harness.worker.failed, timeout=LOAD_S * 1000) as failed:
+        harness.requests.load.emit(replace(base_config, llm_model=str(bad)))
+    problem = failed.args[0]
+    assert problem.action == "models" and "language model" in problem.headline and str(bad) in problem.detail
