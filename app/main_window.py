@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat_view import ChatView
-from app.errors import ACTIONS, ErrorDialog, Problem
+from app.errors import ACTIONS, ErrorDialog, Problem, problem_for
 from app.meter import LatencyMeter
 from app.settings import Settings
 from app.worker import EngineInfo, EngineWorker
@@ -118,6 +118,7 @@ class MainWindow(QMainWindow):
     mode_requested = Signal(str)
     open_requested = Signal(int)
     new_requested = Signal()
+    deleted_requested = Signal(int)
     shutdown_requested = Signal()
 
     def __init__(self, settings: Settings, history_file=None, parent: QWidget | None = None):
@@ -127,6 +128,7 @@ class MainWindow(QMainWindow):
         self.info: EngineInfo | None = None  # the loaded engine; None while loading or after a failure
         self.state = "idle"
         self.dialog: ErrorDialog | None = None  # the error dialog on screen, if any
+        self.history_view = None  # made on first use, with the GUI thread's own HistoryStore
         self._talking = False  # Space or the talk button is held
         self.setWindowTitle("Parley")
         self.resize(960, 640)
@@ -217,6 +219,7 @@ class MainWindow(QMainWindow):
 
         conversation = self.menuBar().addMenu("&Conversation")
         self.new_action = action(conversation, "&New conversation", self._new_conversation, "Ctrl+N")
+        self.history_action = action(conversation, "&History…", self.open_history, "Ctrl+H")
         self.stop_action = action(conversation, "&Stop speaking", self.stop_requested, "Esc")
         self.mute_action = action(conversation, "&Mute microphone", self.mute_button.setChecked, "Ctrl+M", True)
         self.mute_button.toggled.connect(self.mute_action.setChecked)
@@ -238,6 +241,7 @@ class MainWindow(QMainWindow):
         self.mode_requested.connect(w.set_mode)
         self.open_requested.connect(w.open_conversation)
         self.new_requested.connect(w.new_conversation)
+        self.deleted_requested.connect(w.conversation_deleted)
         self.shutdown_requested.connect(w.shutdown)
         w.progress.connect(self._show_progress)
         w.ready.connect(self._engine_ready)
@@ -252,6 +256,7 @@ class MainWindow(QMainWindow):
         w.turn_finished.connect(lambda result: self.chat.finish_reply(result.reply_text, result.interrupted))
         w.turn_failed.connect(self._turn_failed)
         w.metrics.connect(self.meter.show_turn)
+        w.conversation_ended.connect(self.chat.clear)
 
     # -- the engine --------------------------------------------------------------------------------------
 
@@ -353,8 +358,48 @@ class MainWindow(QMainWindow):
 
     def _new_conversation(self) -> None:
         self.chat.clear()
+        self.setWindowTitle("Parley")
         if self.info is not None:
             self.new_requested.emit()
+
+    def open_history(self):
+        """The history window (app/history_view.py) over this thread's own connection to the store."""
+        from app.history_view import HistoryView
+        from engine.errors import HistoryError
+        from engine.history import HistoryStore, history_path
+
+        if self.history_view is None:
+            try:
+                store = HistoryStore(self.history_file or history_path())
+            except HistoryError as e:
+                self.show_problem(problem_for(e, "opening the history"))
+                return None
+            self.history_view = HistoryView(store, self)
+            self.history_view.setWindowFlag(Qt.WindowType.Window)  # its own window, closed with this one
+            self.history_view.resize(720, 480)
+            self.history_view.reopen.connect(self._reopen)
+            self.history_view.deleted.connect(self._deleted)
+        self.history_view.show()
+        self.history_view.raise_()
+        return self.history_view
+
+    def _reopen(self, conversation_id: int) -> None:
+        from engine.errors import HistoryError
+
+        try:
+            conversation = self.history_view.store.open_conversation(conversation_id)
+        except HistoryError as e:
+            self.show_problem(problem_for(e, "reopening the conversation"))
+            return
+        self.chat.show_turns(conversation.turns)
+        self.setWindowTitle(f"{conversation.title or 'Conversation'} — Parley")
+        self.history_view.hide()
+        if self.info is not None:
+            self.open_requested.emit(conversation_id)
+
+    def _deleted(self, conversation_id: int) -> None:
+        if self.info is not None:  # the worker starts afresh if it was saving to that one
+            self.deleted_requested.emit(conversation_id)
 
     def open_settings(self):
         """The settings dialog; what it saves is applied at once where it can be (app/settings_dialog.py)."""
@@ -425,6 +470,8 @@ class MainWindow(QMainWindow):
             waiting.exec()
             self._thread.quit()
             self._thread.wait(SHUTDOWN_WAIT_MS)
+        if self.history_view is not None:
+            self.history_view.store.close()
         self.settings.sync()
         super().closeEvent(event)
 

@@ -100,6 +100,7 @@ class EngineWorker(QObject):
         turn_failed(Problem): a turn failed; the conversation goes on.
         barge_in(): speech was interrupted (by the user's voice or stop()).
         metrics(TurnMetrics, dict): a turn's figures and the recorder's summary {figure: Figure}.
+        conversation_ended(): the conversation being saved to was deleted; the next turn starts a new one.
         closed(): shutdown() finished; everything is closed.
     """
 
@@ -118,6 +119,7 @@ class EngineWorker(QObject):
     turn_failed = Signal(object)
     barge_in = Signal()
     metrics = Signal(object, object)
+    conversation_ended = Signal()
     closed = Signal()
 
     def __init__(self):
@@ -340,6 +342,14 @@ class EngineWorker(QObject):
         engine.chat.clear_history()
         self._rebuild_loop(engine, None)
         self.ready.emit(self._info())
+
+    @Slot(int)
+    def conversation_deleted(self, conversation_id: int) -> None:
+        """A conversation was deleted from the history: if it is the one under way, start afresh."""
+        engine = self._engine
+        if engine is not None and engine.dialogue is not None and engine.dialogue.conversation_id == conversation_id:
+            self.new_conversation()
+            self.conversation_ended.emit()
 
     @Slot()
     def shutdown(self) -> None:

@@ -175,3 +175,29 @@ def test_saving_the_settings_restyles_the_app_at_once(window, qtbot, qapp):
         from app.style import apply_style
 
         apply_style(qapp, "system")
+
+
+def test_ctrl_h_lists_saved_conversations_and_reopening_one_shows_it(window, qtbot, tmp_path):
+    """History… (Ctrl+H) shows the store's conversations; reopening one shows its turns and asks the worker to continue it."""
+    from engine.history import HistoryStore, Turn
+
+    with HistoryStore(tmp_path / "history.sqlite3") as store:
+        cid = store.new_conversation("Colours")
+        store.add_turn(cid, Turn("user", "Name three colors."))
+        store.add_turn(cid, Turn("assistant", "Red, green and blue.", heard_text="Red,", interrupted=True))
+    ready(window)
+    window.activateWindow()
+    qtbot.keyClick(window.chat, Qt.Key.Key_H, Qt.KeyboardModifier.ControlModifier)
+    view = window.history_view
+    assert view is not None and view.isVisible() and view.selected_id() == cid
+
+    with qtbot.waitSignal(window.open_requested) as opened:
+        view.reopen.emit(cid)
+    assert opened.args == [cid] and not view.isVisible()
+    assert [(b.role, b.text) for b in window.chat.bubbles] == [("user", "Name three colors."),
+                                                             ("assistant", "Red, green and blue.")]
+    assert window.chat.bubbles[-1].note.text() == "interrupted" and "Colours" in window.windowTitle()
+
+    with qtbot.waitSignal(window.deleted_requested) as deleted:
+        view.delete(cid)
+    assert deleted.args == [cid] and view.store.list_conversations() == []
