@@ -232,8 +232,9 @@ class HistoryView(QWidget):
 
 
 def describe(summary: ConversationSummary) -> str:
-    """'2 Dec 2026, 17:40 · 6 turns': the list's second line, in the user's locale."""
-    when = QLocale().toString(QDateTime.fromSecsSinceEpoch(int(summary.updated_at)), QLocale.FormatType.ShortFormat)
+    """'2 Dec 2026, 17:40 · 6 turns': the list's second line, month named in the user's language."""
+    # a fixed day-month-year order: the locale's short numeric date ("2 12 2026" in C) is ambiguous
+    when = QLocale().toString(QDateTime.fromSecsSinceEpoch(int(summary.updated_at)), "d MMM yyyy, HH:mm")
     turns = f"{summary.turn_count} turn" + ("" if summary.turn_count == 1 else "s")
     return f"{when} · {turns}"
 

