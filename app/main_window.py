@@ -129,6 +129,7 @@ class MainWindow(QMainWindow):
         self.state = "idle"
         self.dialog: ErrorDialog | None = None  # the error dialog on screen, if any
         self.history_view = None  # made on first use, with the GUI thread's own HistoryStore
+        self.models_page = None  # made on first use
         self._talking = False  # Space or the talk button is held
         self.setWindowTitle("Parley")
         self.resize(960, 640)
@@ -227,6 +228,7 @@ class MainWindow(QMainWindow):
         action(conversation, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         tools = self.menuBar().addMenu("&Settings")
         self.settings_action = action(tools, "&Settings…", self.open_settings, "Ctrl+,")
+        self.models_action = action(tools, "&Models…", self.open_models)
 
     def _connect_worker(self) -> None:
         w = self.worker
@@ -253,7 +255,9 @@ class MainWindow(QMainWindow):
         w.heard.connect(self.chat.add_user)
         w.reply_text.connect(self.chat.reply_text)
         w.speaking_clause.connect(self.chat.speaking_clause)
-        w.turn_finished.connect(lambda result: self.chat.finish_reply(result.reply_text, result.interrupted))
+        # bound methods of widgets, never lambdas: the worker emits from the engine's threads, and
+        # only a receiver object makes Qt queue the call into the GUI thread
+        w.turn_finished.connect(self._turn_finished)
         w.turn_failed.connect(self._turn_failed)
         w.metrics.connect(self.meter.show_turn)
         w.conversation_ended.connect(self.chat.clear)
@@ -284,7 +288,14 @@ class MainWindow(QMainWindow):
         self.info = None
         self.load_bar.hide()
         self._show_state("idle", text="Not ready: " + problem.headline)
-        self.show_problem(problem)
+        if problem.action == "models":  # the first run, or a model moved: the page that fixes it, at once
+            self.notice.show_problem(problem)
+            self.open_models()
+        else:
+            self.show_problem(problem)
+
+    def _turn_finished(self, result) -> None:
+        self.chat.finish_reply(result.reply_text, result.interrupted)
 
     def _turn_failed(self, problem: Problem) -> None:
         self.chat.fail_turn(f"{problem.headline}: {problem.detail}")
@@ -301,8 +312,7 @@ class MainWindow(QMainWindow):
         return self.dialog
 
     def _act(self, action: str) -> None:
-        if action == "settings":
-            self.open_settings()
+        self.open_settings() if action == "settings" else self.open_models()
 
     # -- requests -----------------------------------------------------------------------------------------
 
@@ -361,6 +371,26 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Parley")
         if self.info is not None:
             self.new_requested.emit()
+
+    def open_models(self):
+        """The Models page (app/models_page.py); a changed model reloads the engine."""
+        from app.models_page import ModelsPage
+
+        if self.models_page is None:
+            self.models_page = ModelsPage(self.settings.store, self)
+            self.models_page.setWindowFlag(Qt.WindowType.Window)
+            self.models_page.resize(720, 520)
+            self.models_page.modelsChanged.connect(self._models_changed)
+        else:
+            self.models_page.refresh()
+        self.models_page.show()
+        self.models_page.raise_()
+        return self.models_page
+
+    def _models_changed(self) -> None:
+        self.notice.hide()
+        if self._thread.isRunning():
+            self.start_engine()
 
     def open_history(self):
         """The history window (app/history_view.py) over this thread's own connection to the store."""

@@ -201,3 +201,18 @@ def test_ctrl_h_lists_saved_conversations_and_reopening_one_shows_it(window, qtb
     with qtbot.waitSignal(window.deleted_requested) as deleted:
         view.delete(cid)
     assert deleted.args == [cid] and view.store.list_conversations() == []
+
+
+def test_a_missing_model_opens_the_models_page_at_once(window, qtbot):
+    """At first run (no model found) the Models page opens by itself, with the reason above the conversation."""
+    problem = Problem("A model is missing or damaged (loading the speech model)",
+                      "the speech model Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice is not on this machine",
+                      "Choose or download the model on the Models page.", "models")
+    window.worker.failed.emit(problem)
+    page = window.models_page
+    assert page is not None and page.isVisible() and page.objectName() == "modelsPage"
+    assert not window.notice.isHidden() and window.notice.button.text() == "Open Models…"
+    assert window.dialog is None
+    page.hide()
+    window.notice.button.click()
+    assert page.isVisible()
