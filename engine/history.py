@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sqlite3
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -123,7 +124,8 @@ def _iso(ts: float) -> str:
 
 
 class HistoryStore:
-    """The history of one profile, in one SQLite file; use it from one thread (the engine worker).
+    """The history of one profile, in one SQLite file; safe to share between threads (the app's worker
+    reads it while the voice loop's turn thread writes), each call holding one lock.
 
         with HistoryStore(history_path("default")) as history:
             cid = history.new_conversation()
@@ -140,10 +142,11 @@ class HistoryStore:
         self.path = Path(path)
         self.timeout_s = timeout_s
         self._pending: list[tuple[int, Turn]] = []  # turns not yet written, oldest first
+        self._lock = threading.RLock()  # one call at a time: a transaction never interleaves with another
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: we open transactions ourselves, one per turn
-            self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
+            self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as e:
             raise HistoryError(f"{self.path}: cannot open the history database ({e}); check the folder exists and is writable") from e
         try:
@@ -202,20 +205,22 @@ class HistoryStore:
             HistoryError: locked or disk full; the turn is kept in `pending` and written on the
                 next add_turn or retry_pending(), so nothing is lost while Parley runs.
         """
-        if not self._read("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)):
-            raise HistoryError(f"no conversation {conversation_id} in {self.path}; start one with new_conversation()")
-        self._pending.append((conversation_id, turn))
-        self.retry_pending()
+        with self._lock:
+            if not self._read("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)):
+                raise HistoryError(f"no conversation {conversation_id} in {self.path}; start one with new_conversation()")
+            self._pending.append((conversation_id, turn))
+            self.retry_pending()
 
     def retry_pending(self) -> int:
         """Write the pending turns; returns how many were written. Raises HistoryError as add_turn."""
-        if not self._pending:
-            return 0
-        with self._transaction(f"save {len(self._pending)} turn(s)"):
-            for conversation_id, turn in self._pending:
-                self._write_turn(conversation_id, turn)
-        written, self._pending = len(self._pending), []
-        return written
+        with self._lock:
+            if not self._pending:
+                return 0
+            with self._transaction(f"save {len(self._pending)} turn(s)"):
+                for conversation_id, turn in self._pending:
+                    self._write_turn(conversation_id, turn)
+            written, self._pending = len(self._pending), []
+            return written
 
     def _write_turn(self, conversation_id: int, turn: Turn):
         row = self._db.execute("SELECT title FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
@@ -234,9 +239,10 @@ class HistoryStore:
 
     def delete_conversation(self, conversation_id: int):
         """Delete a conversation and its turns (a missing id is not an error)."""
-        with self._transaction("delete a conversation"):
-            self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
-        self._pending = [(c, t) for c, t in self._pending if c != conversation_id]
+        with self._lock:
+            with self._transaction("delete a conversation"):
+                self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+            self._pending = [(c, t) for c, t in self._pending if c != conversation_id]
 
     # -- reading
 
@@ -264,7 +270,7 @@ class HistoryStore:
             (conversation_id,),
         )
         turns = [Turn(r, t, h, bool(i), c, json.loads(m)) for r, t, h, i, c, m in rows]
-        turns += [t for c, t in self._pending if c == conversation_id]
+        turns += [t for c, t in list(self._pending) if c == conversation_id]
         return Conversation(*head[0], turns=tuple(turns))
 
     def export_text(self, conversation_id: int) -> str:
@@ -300,7 +306,8 @@ class HistoryStore:
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
         try:
-            return self._db.execute(sql, args).fetchall()
+            with self._lock:
+                return self._db.execute(sql, args).fetchall()
         except sqlite3.DatabaseError as e:
             raise self._error("read the history", e) from e
 
@@ -328,13 +335,21 @@ class _Transaction:
         self._store, self._what = store, what
 
     def __enter__(self):
+        self._store._lock.acquire()  # released in __exit__
         try:
             # IMMEDIATE takes the write lock up front, so a lock held elsewhere fails here, not mid-write
             self._store._db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as e:
+            self._store._lock.release()
             raise self._store._error(self._what, e) from e
 
     def __exit__(self, exc_type, exc, tb):
+        try:
+            return self._end(exc_type, exc)
+        finally:
+            self._store._lock.release()
+
+    def _end(self, exc_type, exc):
         db = self._store._db
         if exc_type is None:
             try:

@@ -4,25 +4,28 @@ The LLM's tokens go through the clause splitter (engine/llm/clauses.py); each wh
 to a speech thread that runs the TTS and writes its PCM to the Player while the LLM keeps writing.
 stop() (barge-in) cancels both and flushes the player; the history (engine/history.py) keeps the user
 turn and, of the reply, only the clauses that were fully played. The figures are engine/metrics.py's.
+One turn runs at a time; engine/voice.py runs them from the microphone and a queue of typed text.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.errors import HistoryError, InputTextError, ParleyError
 from engine.history import HistoryStore, Turn
-from engine.llm.clauses import ClauseOptions, ClauseSplitter
+from engine.llm.clauses import ClauseOptions, ClauseSplitter, speakable_text
 from engine.metrics import MetricsRecorder, TurnMetrics
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Dialogue", "DialogueOptions", "TurnResult"]
+__all__ = ["Dialogue", "DialogueOptions", "TurnHooks", "TurnResult"]
 
 _PLAYBACK_SLACK_S = 30.0  # PulseAudio takes up to ~2 s to start, and a null sink runs at ~50% speed
 
@@ -47,8 +50,8 @@ class DialogueOptions:
 class TurnResult:
     """One finished turn.
 
-    user_text: what was typed, or the transcript.
-    reply_text: everything the LLM wrote (possibly cut short by stop()).
+    user_text: what was typed, or the transcript; "" for a speak-only turn (Dialogue.say).
+    reply_text: everything the LLM wrote (possibly cut short by stop()); say()'s text.
     heard_text: the clauses whose audio was fully played, joined by spaces.
     interrupted: stop() came before the reply had played out.
     metrics: the turn's figures (engine/metrics.py).
@@ -59,6 +62,21 @@ class TurnResult:
     heard_text: str
     interrupted: bool
     metrics: TurnMetrics
+
+
+@dataclass(frozen=True)
+class TurnHooks:
+    """What a turn reports while it runs (engine/voice.py turns these into events); None is not called.
+
+    heard(text): a voice turn's transcript, before the LLM starts; on the turn's thread.
+    reply(text): the reply so far, each time it grows; on the turn's thread.
+    clause(text, index): that clause's first sample was handed to the device (index 0, 1, ... in
+        speaking order); on a watcher thread of the turn, from the player's frame counters.
+    """
+
+    heard: Callable[[str], None] | None = None
+    reply: Callable[[str], None] | None = None
+    clause: Callable[[str, int], None] | None = None
 
 
 class _Speech:
@@ -75,6 +93,7 @@ class _Speech:
         self._clauses: queue.SimpleQueue[str | None] = queue.SimpleQueue()  # None ends the turn
         self._stream = None  # the TTSStream being spoken; cancelled by stop()
         self.spoken: list[tuple[str, int]] = []  # (clause, the player's frames_written after its last chunk)
+        self.starts: list[tuple[str, int]] = []  # (clause, the player's frames_written before its first chunk)
         self.ttfc_ms: float | None = None  # of the first clause
         self.synthesis_s = 0.0  # each clause's hand-over -> its last chunk, summed
         self.audio_samples = 0
@@ -123,6 +142,8 @@ class _Speech:
             with self._gate:
                 if self._stopped.is_set():
                     break
+                if last is None:
+                    self.starts.append((clause, self._player.stats().frames_written))
                 self._player.write(chunk.pcm)
                 end = self._player.stats().frames_written
             if self.ttfc_ms is None:
@@ -147,6 +168,13 @@ class _TurnState:
         self.consumed_at_stop: int | None = None  # the player's played + flushed frames when stopped
         self.reply = None
         self.speech: _Speech | None = None
+        self.ended = threading.Event()  # the turn is over: the clause watcher stops
+
+    def clause_started(self, start: int, stats) -> bool:
+        """Whether the sample at frames_written position `start` has been handed to the device, by `stats`."""
+        if self.stopped.is_set():  # the flush consumed the rest unplayed
+            return self.consumed_at_stop > start
+        return stats.frames_played + stats.frames_flushed > start
 
     def stop(self) -> None:
         with self.gate:
@@ -200,34 +228,63 @@ class Dialogue:
 
     # -- turns -----------------------------------------------------------------------------------
 
-    def text_turn(self, user_text: str) -> TurnResult:
+    def text_turn(self, user_text: str, hooks: TurnHooks | None = None) -> TurnResult:
         """A typed turn: the reply is generated, spoken and saved; returns when it has played out or stopped.
 
         Raises:
             InputTextError: empty text, or too long for the LLM's context (nothing is saved).
-            ParleyError: a stage failed (LLM, TTS, audio device); the user turn is already saved.
+            ParleyError: a stage failed (LLM, TTS, audio device); the user turn and whatever of the
+                reply was heard are already saved.
+            RuntimeError: another turn is running (one at a time).
         """
-        return self._turn(user_text)
+        with self._turn_state() as state:
+            return self._turn(state, user_text, hooks or TurnHooks())
 
-    def voice_turn(self, audio_16k, speech_end: float | None = None) -> TurnResult:
+    def voice_turn(self, audio_16k, speech_end: float | None = None, hooks: TurnHooks | None = None, *,
+                   turn_end: float | None = None) -> TurnResult:
         """A spoken turn: Whisper transcribes `audio_16k`, then as text_turn.
+
+        stop() works from the start: called during the transcription, the turn is saved with an empty,
+        interrupted reply and nothing is spoken.
 
         Args:
             audio_16k: (n,) float32 mono at 16 kHz, e.g. an Endpointer Turn's audio.
-            speech_end: time.perf_counter() when the user stopped speaking (the origin of stt_ms and
+            speech_end: time.perf_counter() when the user stopped speaking (the origin of
                 voice_to_voice_ms); None is now, i.e. the speech ended as it was handed over.
+            turn_end: time.perf_counter() when the end of the turn was decided (the silence window ran
+                out, the key was released): the origin of stt_ms; None is speech_end.
         Raises:
             InputTextError: no words were heard (nothing is saved).
             ParleyError: as text_turn.
         """
         if self.transcriber is None:
             raise ParleyError("this Dialogue has no Transcriber; pass one to take spoken turns")
+        hooks = hooks or TurnHooks()
         speech_end = time.perf_counter() if speech_end is None else speech_end
-        transcript = self.transcriber.transcribe(audio_16k)
-        stt_ms = (time.perf_counter() - speech_end) * 1000.0
-        if not transcript.text.strip():
-            raise InputTextError(f"heard no words in {transcript.audio_s:.1f} s of audio; please speak again")
-        return self._turn(transcript.text, speech_end=speech_end, stt_ms=stt_ms)
+        turn_end = speech_end if turn_end is None else turn_end
+        with self._turn_state() as state:
+            transcript = self.transcriber.transcribe(audio_16k)
+            stt_ms = (time.perf_counter() - turn_end) * 1000.0
+            if not transcript.text.strip():
+                raise InputTextError(f"heard no words in {transcript.audio_s:.1f} s of audio; please speak again")
+            if hooks.heard is not None:
+                hooks.heard(transcript.text)
+            return self._turn(state, transcript.text, hooks, speech_end=speech_end, stt_ms=stt_ms)
+
+    def say(self, text: str, hooks: TurnHooks | None = None) -> TurnResult:
+        """A speak-only turn: `text` goes clause by clause straight to the TTS and the player; stop() cuts it.
+
+        Nothing is sent to the LLM or saved in the history; the TTS figures are recorded.
+
+        Raises:
+            InputTextError: nothing speakable in `text` (empty, or only markup and emoji).
+            ParleyError: the TTS or the audio device failed.
+            RuntimeError: another turn is running (one at a time).
+        """
+        if not speakable_text(text, self.options.clauses).strip():
+            raise InputTextError(f"there is nothing to say in {text[:40]!r}; type some words")
+        with self._turn_state() as state:
+            return self._turn(state, text, hooks or TurnHooks(), llm=False)
 
     def stop(self) -> None:
         """Barge-in, from any thread: cancel the LLM and the TTS and flush the player; a no-op between turns."""
@@ -238,17 +295,37 @@ class Dialogue:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def _turn(self, user_text: str, speech_end: float | None = None, stt_ms: float | None = None) -> TurnResult:
+    @contextlib.contextmanager
+    def _turn_state(self):
+        """The running turn's state, reachable by stop() from before its first stage until it ends."""
         state = _TurnState(self.player)
-        reply = self.chat.stream_reply(user_text, cancel=state.stopped)  # validates before anything is saved
-        self._save(Turn("user", user_text))
+        with self._lock:
+            if self._current is not None:
+                raise RuntimeError("a turn is already running; Dialogue takes one turn at a time")
+            self._current = state
+        try:
+            yield state
+        finally:
+            with self._lock:
+                self._current = None
+
+    def _turn(self, state: _TurnState, user_text: str, hooks: TurnHooks, speech_end: float | None = None,
+              stt_ms: float | None = None, llm: bool = True) -> TurnResult:
+        """Speaks the LLM's reply to user_text (llm=False: user_text itself), then saves and measures it."""
+        reply = self.chat.stream_reply(user_text, cancel=state.stopped) if llm else None  # validates first
+        if llm:
+            self._save(Turn("user", user_text))
         self._first_playback_event()  # events of earlier turns must not end this one's voice-to-voice
         before = self.player.stats()
         speech = _Speech(self.tts, self.player, self.options, self.speaker, state.gate, state.stopped)
         state.reply, state.speech = reply, speech
-        with self._lock:
-            self._current = state
+        watcher = None
+        if hooks.clause is not None:
+            watcher = threading.Thread(target=self._watch_clauses, args=(state, speech, hooks.clause),
+                                       name="parley-clauses", daemon=True)
+            watcher.start()
         first_clause_ms = None
+        error: Exception | None = None
         try:
             try:
                 splitter = ClauseSplitter(self.options.clauses)
@@ -261,30 +338,37 @@ class Dialogue:
                             first_clause_ms = (time.perf_counter() - t_request) * 1000.0
                         speech.put(clause)
 
+                tokens = reply if llm else [user_text]
                 try:
-                    for token in reply:
+                    for token in tokens:
                         if state.stopped.is_set() or speech.error is not None:  # control before data
                             break
+                        if hooks.reply is not None:
+                            hooks.reply(reply.text if llm else user_text)
                         speak(splitter.feed(token))
                 finally:
-                    reply.close()
+                    if llm:
+                        reply.close()
                 if not state.stopped.is_set() and speech.error is None:
                     speak(splitter.flush())
             finally:
                 speech.finish()
                 speech.join()
-            if speech.error is None:
-                self._play_out(state, speech)
+            if speech.error is not None:
+                raise speech.error
+            self._play_out(state, speech)
+        except Exception as e:  # a stage failed: what had played is what was heard, and is saved below
+            error = e
+            state.stop()
         except BaseException:
-            self.player.flush()  # a failed turn leaves nothing queued to play over the next one
+            state.stop()  # Ctrl-C: nothing is left queued to play
             raise
         finally:
             with state.gate:
                 state.played_out = True
-            with self._lock:
-                self._current = None
-        if speech.error is not None:
-            self.player.flush()
+            state.ended.set()
+            if watcher is not None:
+                watcher.join()
 
         interrupted = state.consumed_at_stop is not None
         if interrupted:
@@ -292,12 +376,13 @@ class Dialogue:
         else:
             heard = [clause for clause, _ in speech.spoken]
         heard_text = " ".join(heard)
+        reply_text = reply.text if llm else user_text
         after = self.player.stats()
         metrics = TurnMetrics(
             turn=self._turns,
             stt_ms=stt_ms,
-            llm_ttft_ms=reply.ttft_ms,
-            llm_first_clause_ms=first_clause_ms,
+            llm_ttft_ms=reply.ttft_ms if llm else None,
+            llm_first_clause_ms=first_clause_ms if llm else None,
             tts_ttfc_ms=speech.ttfc_ms,
             tts_rtf=(speech.synthesis_s / (speech.audio_samples / self.tts.sample_rate_hz)
                      if speech.audio_samples else (None if speech.synthesis_s == 0 else math.inf)),
@@ -307,13 +392,33 @@ class Dialogue:
         )
         self._turns += 1
         self.metrics.record(metrics)
-        if interrupted or speech.error is not None:
-            self.chat.amend_last_reply(heard_text)  # the LLM's next prompt holds only what was heard
-        if speech.error is not None:
-            raise speech.error
-        self._save(Turn("assistant", reply.text, heard_text=heard_text if interrupted else None,
-                        interrupted=interrupted, metrics=metrics.as_dict()))
-        return TurnResult(user_text, reply.text, heard_text, interrupted, metrics)
+        if llm:
+            if interrupted:
+                self.chat.amend_last_reply(heard_text)  # the LLM's next prompt holds only what was heard
+            if reply_text.strip():
+                self._save(Turn("assistant", reply_text, heard_text=heard_text if interrupted else None,
+                                interrupted=interrupted, metrics=metrics.as_dict()))
+        if error is not None:
+            raise error
+        return TurnResult(user_text if llm else "", reply_text, heard_text, interrupted, metrics)
+
+    def _watch_clauses(self, state: _TurnState, speech: _Speech, on_clause) -> None:
+        """Calls on_clause(text, index) as each spoken clause's first sample reaches the device."""
+        index = 0
+
+        def next_started(stats) -> bool:  # called under the player's lock: it must not take it again
+            return len(speech.starts) > index and state.clause_started(speech.starts[index][1], stats)
+
+        try:
+            while True:
+                started = self.player.wait_until(lambda s: state.ended.is_set() or next_started(s), 1.0)
+                if next_started(self.player.stats()):
+                    on_clause(speech.starts[index][0], index)
+                    index += 1
+                elif started:  # the turn ended before this clause played
+                    return
+        except (ParleyError, RuntimeError):  # the device was lost or closed: the turn itself reports it
+            return
 
     def _play_out(self, state: _TurnState, speech: _Speech) -> None:
         """Waits until everything written has reached the device, or stop()."""

@@ -1,0 +1,536 @@
+"""The live conversation: microphone blocks in, turns run one at a time through a Dialogue, events out.
+
+A listening thread reads 16 kHz blocks from the Microphone (engine/audio/microphone.py) into the
+Endpointer (engine/stt/vad.py, hands-free or push-to-talk) and reports the input level and the start of
+speech; each finished utterance is queued, beside typed and speak-only text, for one turn worker that
+runs them through the Dialogue (engine/pipeline.py). Speech that starts while Parley talks stops it at
+once (barge-in) and becomes the next turn. Subscribers get the small frozen events below, on the loop's
+own threads; the figures still come from `dialogue.metrics` (engine/metrics.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.errors import AudioDeviceError, ParleyError
+from engine.pipeline import Dialogue, TurnHooks, TurnResult
+from engine.stt.vad import BLOCK_SAMPLES, SAMPLE_RATE_HZ, Endpointer, Mode, SileroVad, SpeechStart, VadOptions
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "BargeIn", "Heard", "Level", "Mode", "Partial", "ReplyText", "SpeakingClause", "SpeechStarted",
+    "StateChanged", "TurnFailed", "TurnFinished", "VadOptions", "VoiceLoop", "VoiceOptions",
+]  # fmt: skip
+
+STATES = ("listening", "hearing", "thinking", "speaking", "idle", "muted")
+SILENT_DBFS = -100.0  # the level reported for digital silence (a muted microphone), instead of -inf
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Level:
+    """The microphone's input level over the last options.level_interval_ms (~10 a second), in dBFS
+    (0 is full scale; SILENT_DBFS for silence)."""
+
+    rms_dbfs: float
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    """The user began speaking (the VAD heard min_speech_ms of speech, or speech after press())."""
+
+
+@dataclass(frozen=True)
+class Partial:
+    """What the user has said so far, re-transcribed while they speak (only with options.partials)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Heard:
+    """The final transcript of a voice turn, before the LLM answers it."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ReplyText:
+    """The LLM's reply so far (it grows token by token); for a speak-only turn, its text, once."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class SpeakingClause:
+    """The first sample of this clause of the reply was handed to the sound card; index 0, 1, ..."""
+
+    text: str
+    index: int
+
+
+@dataclass(frozen=True)
+class TurnFinished:
+    """A turn ended normally or by barge-in (result.interrupted)."""
+
+    result: TurnResult
+
+
+@dataclass(frozen=True)
+class TurnFailed:
+    """A turn (or the microphone) failed; message is for the user. The loop goes on with the next turn;
+    what had been said and heard is already saved."""
+
+    message: str
+    error: Exception
+
+
+@dataclass(frozen=True)
+class BargeIn:
+    """Parley's speech was cut off: the user spoke or pressed the key over it, or stop() was called."""
+
+
+@dataclass(frozen=True)
+class StateChanged:
+    """What the loop is doing now; state is one of STATES:
+    "listening" (waiting for speech: hands-free, or the push-to-talk key is down), "hearing" (the user
+    is speaking), "thinking" (transcribing, or waiting for the reply's first audio), "speaking",
+    "muted" (the microphone is muted and no turn runs), "idle" (not started or closed, push-to-talk
+    with the key up, or no microphone)."""
+
+    state: str
+
+
+# -- options --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class VoiceOptions:
+    """How the loop listens.
+
+    mode: Mode.HANDS_FREE (the VAD ends a turn after vad.silence_ms) or Mode.PUSH_TO_TALK
+        (press()/release() bound it); a mode's value ("hands-free") is taken too.
+    vad: speech detection and end-of-turn (engine/stt/vad.py).
+    barge_in: hands-free, speech that starts while a turn runs stops that turn.
+    partials: emit Partial transcripts while the user speaks (costs Whisper runs on the CPU).
+    partial_interval_ms: new audio between two partial transcripts.
+    level_interval_ms: audio per Level event.
+    """
+
+    mode: Mode = Mode.HANDS_FREE
+    vad: VadOptions = VadOptions()
+    barge_in: bool = True
+    partials: bool = False
+    partial_interval_ms: int = 800
+    level_interval_ms: int = 100
+
+    def __post_init__(self):
+        try:
+            object.__setattr__(self, "mode", Mode(self.mode))
+        except ValueError:
+            choices = ", ".join(m.value for m in Mode)
+            raise ValueError(f"unknown mode {self.mode!r}; choose one of: {choices}") from None
+        for name in ("partial_interval_ms", "level_interval_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def _blocks(ms: float) -> int:
+    return max(1, round(ms * SAMPLE_RATE_HZ / 1000 / BLOCK_SAMPLES))
+
+
+def _rms_dbfs(pcm: np.ndarray) -> float:
+    power = float(np.mean(np.square(pcm, dtype=np.float64))) if pcm.size else 0.0
+    return max(10.0 * math.log10(power), SILENT_DBFS) if power > 0 else SILENT_DBFS
+
+
+def _message(error: Exception) -> str:
+    if isinstance(error, ParleyError):
+        return str(error)
+    return f"something went wrong inside Parley ({type(error).__name__}: {error}); the conversation goes on"
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One turn for the worker: kind "voice" (audio), "text" or "say" (text)."""
+
+    kind: str
+    text: str = ""
+    audio: np.ndarray | None = None
+    speech_end: float | None = None  # voice: perf_counter() of the block holding the last speech
+    turn_end: float | None = None  # voice: perf_counter() when the end of the turn was decided
+
+
+class VoiceLoop:
+    """A spoken (and typed) conversation running on its own threads over a Dialogue and a Microphone.
+
+        loop = VoiceLoop(dialogue, microphone, options=VoiceOptions(mode=Mode.HANDS_FREE))
+        unsubscribe = loop.subscribe(print)   # events, on the loop's threads
+        loop.start()
+        loop.submit_text("hello")             # a typed turn, queued behind any running one
+        loop.close()                          # stops the turn, joins the threads; idempotent
+
+    The loop owns neither the Dialogue nor the Microphone: close them after close().
+
+    Args:
+        dialogue: runs the turns; its player speaks, its transcriber hears.
+        microphone: 16 kHz blocks (engine/audio Microphone); None for typed turns only.
+        options: VoiceOptions() when None.
+        vad: the Silero model for the Endpointer; loaded from faster-whisper when None.
+    Raises:
+        ModelFilesError: the Silero VAD model is missing (only with a microphone).
+    """
+
+    def __init__(self, dialogue: Dialogue, microphone=None, options: VoiceOptions | None = None, *,
+                 vad: SileroVad | None = None):
+        self.dialogue, self.microphone = dialogue, microphone
+        self.options = opts = options or VoiceOptions()
+        self._endpointer = Endpointer(opts.vad, opts.mode, vad) if microphone is not None else None
+        self._mode = opts.mode
+        self._subscribers: list[Callable[[object], None]] = []
+        self._lock = threading.RLock()  # guards the state below; StateChanged is emitted under it, in order
+        self._state = "idle"
+        self._running = False  # between start() and close()
+        self._closed = False
+        self._hearing = False  # an utterance is being collected
+        self._phase: str | None = None  # "thinking" or "speaking" while the worker runs a turn
+        self._pressed = False
+        self._muted = False
+        self._mic_lost = False
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()  # None ends the worker
+        self._commands: queue.SimpleQueue[tuple] = queue.SimpleQueue()  # for the listening thread
+        self._closing = threading.Event()
+        # Whisper is not thread-safe: the worker holds this while it transcribes, partials try it
+        self._whisper = threading.Lock()
+        self._partial_audio: queue.Queue[tuple[int, np.ndarray]] = queue.Queue(maxsize=1)
+        self._utterance = 0  # counts utterances, so a late partial of an earlier one is dropped
+        self._threads: list[threading.Thread] = []
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[object], None]) -> Callable[[], None]:
+        """Call `callback(event)` for each event from now on (on the loop's threads); returns the unsubscriber.
+
+        A callback that raises is logged; the others still run.
+        """
+        with self._lock:
+            self._subscribers.append(callback)
+
+        def unsubscribe():
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def _emit(self, event) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for callback in subscribers:
+            try:
+                callback(event)
+            except Exception:
+                log.exception("a voice-loop subscriber failed on %r", event)
+
+    @property
+    def state(self) -> str:
+        """The last state announced by StateChanged (one of STATES)."""
+        return self._state
+
+    def _update(self, **changes) -> None:
+        """Apply state changes (hearing=, phase=, pressed=, ...) and announce the new state if it moved."""
+        with self._lock:
+            for name, value in changes.items():
+                setattr(self, "_" + name, value)
+            if not self._running:
+                state = "idle"
+            elif self._hearing:
+                state = "hearing"
+            elif self._phase is not None:
+                state = self._phase
+            elif self._muted:
+                state = "muted"
+            elif self.microphone is None or self._mic_lost:
+                state = "idle"
+            elif self._mode is Mode.HANDS_FREE or self._pressed:
+                state = "listening"
+            else:
+                state = "idle"
+            if state != self._state:
+                self._state = state
+                self._emit(StateChanged(state))
+
+    # -- control, from any thread -----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts listening (with a microphone) and the turn worker.
+
+        Raises:
+            RuntimeError: already started, or closed.
+        """
+        with self._lock:
+            if self._running or self._closed:
+                raise RuntimeError("this VoiceLoop was already started; make a new one after close()")
+            self._running = True
+        self._threads = [threading.Thread(target=self._work, name="parley-turns", daemon=True)]
+        if self.microphone is not None:
+            self._threads.append(threading.Thread(target=self._listen, name="parley-listen", daemon=True))
+            if self.options.partials:
+                self._threads.append(threading.Thread(target=self._partials, name="parley-partials", daemon=True))
+        for thread in self._threads:
+            thread.start()
+        self._update()
+
+    def close(self) -> None:
+        """Stops the running turn, drops queued ones and joins the loop's threads. Safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._closing.set()
+        self.dialogue.stop()
+        self._jobs.put(None)
+        for thread in self._threads:
+            thread.join()
+        self._update(running=False, hearing=False, phase=None)
+
+    def __enter__(self) -> VoiceLoop:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def submit_text(self, text: str, speak_only: bool = False) -> None:
+        """Queues a typed turn (the LLM answers it aloud), or with speak_only=True text to speak as it is.
+
+        It runs after the turns queued before it; its errors (empty text, ...) come as TurnFailed.
+        """
+        self._jobs.put(_Job("say" if speak_only else "text", text=text))
+
+    def stop(self) -> None:
+        """Interrupts the running turn at once (playback, TTS and LLM); a BargeIn event if one was running."""
+        self._barge_in()
+
+    def press(self) -> None:
+        """Push-to-talk key down: what is said from now (and vad.pre_roll_ms before) forms the turn; stops
+        Parley's speech. Ignored (with a logged warning) when hands-free or without a microphone."""
+        if self._usable_keys("press"):
+            self._barge_in()
+            self._commands.put(("press",))
+
+    def release(self) -> None:
+        """Push-to-talk key up: the speech since press() becomes the next turn (nothing if none was heard)."""
+        if self._usable_keys("release"):
+            self._commands.put(("release", time.perf_counter()))
+
+    def _usable_keys(self, what: str) -> bool:
+        if self.microphone is None:
+            log.warning("%s() ignored: this VoiceLoop has no microphone", what)
+            return False
+        if self._mode is not Mode.PUSH_TO_TALK:
+            log.warning("%s() ignored: the loop is hands-free; set_mode(Mode.PUSH_TO_TALK) first", what)
+            return False
+        return True
+
+    def set_mode(self, mode: Mode | str) -> None:
+        """Switches between hands-free and push-to-talk; an utterance being collected is dropped.
+
+        Raises:
+            ValueError: not a Mode (or its value).
+        """
+        mode = VoiceOptions(mode=mode).mode  # the same check and message as the options
+        self._commands.put(("mode", mode))
+        self._update(mode=mode, pressed=False)
+
+    @property
+    def muted(self) -> bool:
+        """Microphone mute: while True the microphone delivers silence (a turn being spoken ends as on a pause)."""
+        return self._muted
+
+    @muted.setter
+    def muted(self, value: bool) -> None:
+        if self.microphone is not None:
+            self.microphone.mute = bool(value)
+        self._update(muted=bool(value))
+
+    def _barge_in(self) -> None:
+        with self._lock:
+            running = self._phase is not None
+        if running:
+            self.dialogue.stop()
+            self._emit(BargeIn())
+
+    # -- the listening thread ---------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        ep, opts = self._endpointer, self.options
+        level_blocks = _blocks(opts.level_interval_ms)
+        partial_blocks = _blocks(opts.partial_interval_ms)
+        # (stream sample where a block starts, its t_captured): places the end of speech in time
+        captured: deque[tuple[int, float]] = deque(maxlen=_blocks(opts.vad.max_turn_s * 1000 + 2000))
+        recent: deque[tuple[int, np.ndarray]] = deque(maxlen=_blocks(opts.vad.pre_roll_ms + opts.vad.min_speech_ms) + 1)
+        utterance: list[np.ndarray] = []  # with partials: the utterance so far
+        level: list[np.ndarray] = []
+        pos = 0
+        try:
+            while not self._closing.is_set():
+                self._run_commands(ep, captured)
+                block = self.microphone.read(0.1)
+                if block is None:
+                    continue
+                captured.append((pos, block.t_captured))
+                pos += BLOCK_SAMPLES
+                level.append(block.pcm)
+                if len(level) >= level_blocks:
+                    self._emit(Level(_rms_dbfs(np.concatenate(level))))
+                    level.clear()
+                for event in ep.feed(block.pcm):
+                    if isinstance(event, SpeechStart):
+                        if opts.partials:
+                            utterance = [b for start, b in recent if start + BLOCK_SAMPLES > event.start_sample]
+                        self._speech_started()
+                    else:
+                        self._utterance_ended(event, captured, block.t_captured)
+                        utterance = []
+                if opts.partials:
+                    recent.append((pos - BLOCK_SAMPLES, block.pcm))
+                    if self._hearing and ep.in_turn:
+                        utterance.append(block.pcm)
+                        if len(utterance) % partial_blocks == 0:
+                            self._offer_partial(np.concatenate(utterance))
+        except AudioDeviceError as e:  # the microphone is gone: typed turns still work
+            self._update(mic_lost=True, hearing=False)
+            self._emit(TurnFailed(str(e), e))
+        except Exception as e:
+            log.exception("the listening thread failed")
+            self._update(mic_lost=True, hearing=False)
+            self._emit(TurnFailed(_message(e), e))
+
+    def _run_commands(self, ep: Endpointer, captured) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if command[0] == "mode":
+                ep.flush()  # a half-collected utterance of the old mode is dropped
+                ep.mode = command[1]
+                self._update(hearing=False, pressed=False)
+            elif ep.mode is not Mode.PUSH_TO_TALK:
+                continue  # a key queued before the mode changed
+            elif command[0] == "press":
+                ep.press()
+                self._update(pressed=True)
+            else:
+                turn = ep.release()
+                if turn is not None:
+                    self._queue_voice(turn, captured, turn_end=command[1])
+                self._update(pressed=False, hearing=False)
+
+    def _speech_started(self) -> None:
+        with self._lock:
+            self._utterance += 1
+        self._update(hearing=True)
+        self._emit(SpeechStarted())
+        if self._mode is Mode.HANDS_FREE and self.options.barge_in:
+            self._barge_in()
+
+    def _utterance_ended(self, turn, captured, t_block: float) -> None:
+        self._queue_voice(turn, captured, turn_end=t_block)
+
+    def _queue_voice(self, turn, captured, turn_end: float) -> None:
+        # the last speech sample: the turn's end less its tail (a max-length turn was cut mid-speech)
+        tail = round(self.options.vad.tail_ms * SAMPLE_RATE_HZ / 1000)
+        last = turn.end_sample if turn.reason == "max-length" else max(turn.start_sample, turn.end_sample - tail)
+        speech_end = next((t for start, t in reversed(captured) if start <= last), turn_end)
+        with self._lock:  # from hearing straight to thinking: the worker takes the turn at once when idle
+            self._jobs.put(_Job("voice", audio=turn.audio, speech_end=min(speech_end, turn_end), turn_end=turn_end))
+            self._update(hearing=False, phase=self._phase or "thinking")
+
+    # -- partial transcripts ----------------------------------------------------------------------
+
+    def _offer_partial(self, audio: np.ndarray) -> None:
+        try:  # only the newest audio matters: replace what the partials thread has not taken yet
+            self._partial_audio.get_nowait()
+        except queue.Empty:
+            pass
+        self._partial_audio.put_nowait((self._utterance, audio))
+
+    def _partials(self) -> None:
+        while not self._closing.is_set():
+            try:
+                utterance, audio = self._partial_audio.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            transcriber = self.dialogue.transcriber
+            if transcriber is None or not self._whisper.acquire(blocking=False):
+                continue  # a turn is being transcribed: its final text comes soon anyway
+            try:
+                text = transcriber.transcribe(audio).text
+            except Exception:
+                log.exception("a partial transcript failed")
+                continue
+            finally:
+                self._whisper.release()
+            with self._lock:
+                current = self._hearing and utterance == self._utterance
+            if current and text:
+                self._emit(Partial(text))
+
+    # -- the turn worker --------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None or self._closing.is_set():
+                return
+            self._update(phase="thinking")
+            try:
+                result = self._run(job)
+            except Exception as e:  # a stage failed; the Dialogue has saved what was said and heard
+                if not isinstance(e, ParleyError):
+                    log.exception("a turn failed")
+                self._emit(TurnFailed(_message(e), e))
+            else:
+                self._emit(TurnFinished(result))
+            finally:
+                self._update(phase=None)
+
+    def _run(self, job: _Job) -> TurnResult:
+        def clause(text: str, index: int) -> None:
+            if index == 0:
+                with self._lock:
+                    if self._phase is not None:
+                        self._update(phase="speaking")
+            self._emit(SpeakingClause(text, index))
+
+        hooks = TurnHooks(reply=lambda text: self._emit(ReplyText(text)), clause=clause)
+        if job.kind == "text":
+            return self.dialogue.text_turn(job.text, hooks)
+        if job.kind == "say":
+            return self.dialogue.say(job.text, hooks)
+        self._whisper.acquire()
+        held = True
+
+        def heard(text: str) -> None:
+            nonlocal held
+            self._whisper.release()
+            held = False
+            self._emit(Heard(text))
+
+        try:
+            return self.dialogue.voice_turn(job.audio, job.speech_end, TurnHooks(heard, hooks.reply, clause),
+                                            turn_end=job.turn_end)
+        finally:
+            if held:
+                self._whisper.release()
