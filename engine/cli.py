@@ -1,6 +1,6 @@
 """The `parley` command line: `parley say` speaks text on the speakers (or into a WAV file) and prints
-TTFC and RTF; `parley chat --text` holds a typed conversation, each reply printed and spoken, its
-figures on stderr."""
+TTFC and RTF; `parley chat` holds a spoken conversation through the microphone (engine/voice.py), or
+with --text a typed one; each reply is printed and spoken, its figures on stderr."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import argparse
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -80,34 +81,94 @@ def _chat(args) -> int:
     from engine.audio import Player
     from engine.history import HistoryStore, history_path
     from engine.llm.chat import ChatModel, bundled_model_path
-    from engine.metrics import FIGURES
     from engine.models import find_tts_model
     from engine.pipeline import Dialogue, DialogueOptions
     from engine.tts import load_tts
 
-    if not args.text:
-        raise ParleyError("only typed conversations are supported so far; run `parley chat --text`")
     llm_path = Path(args.llm) if args.llm else bundled_model_path()  # says how to install it when missing
     chat = ChatModel(llm_path)
     tts = load_tts(find_tts_model(args.model), device=args.device)
+    transcriber = None
+    if not args.text:
+        from engine.stt import Transcriber
+
+        transcriber = Transcriber(args.whisper)
+        transcriber.warm_up()  # the first turn should not pay for the model's first run
+    with Player(args.output_device) as player, HistoryStore(history_path(args.profile)) as history:
+        dialogue = Dialogue(chat, tts, player, history, transcriber, options=DialogueOptions(speaker=args.speaker))
+        about = f"parley: {llm_path.name} and {tts.folder.name}, voice {dialogue.speaker}"
+        if args.text:
+            return _typed_chat(dialogue, about)
+        return _voice_chat(dialogue, args, about)
+
+
+def _figures(metrics) -> str:
+    from engine.metrics import FIGURES
+
+    figures = metrics.as_dict()
+    return "  [" + ", ".join(f"{name} {figures[name]:.3g}" for name in FIGURES if name in figures) + "]"
+
+
+def _typed_chat(dialogue, about: str) -> int:
     # the reply is printed as a whole once spoken, so stderr's figures follow the text they belong to
-    with Player() as player, HistoryStore(history_path(args.profile)) as history:
-        dialogue = Dialogue(chat, tts, player, history, options=DialogueOptions(speaker=args.speaker))
-        print(f"parley: {llm_path.name} and {tts.folder.name}, voice {dialogue.speaker}; "
-              "type a message, an empty line or Ctrl-D ends", file=sys.stderr)
-        for line in sys.stdin:
-            text = line.strip()
-            if not text:
-                break
-            try:
-                result = dialogue.text_turn(text)
-            except ParleyError as e:  # one failed turn does not end the conversation
-                print(f"parley: {e}", file=sys.stderr)
-                continue
-            print(result.reply_text, flush=True)
-            figures = result.metrics.as_dict()
-            shown = ", ".join(f"{name} {figures[name]:.3g}" for name in FIGURES if name in figures)
-            print(f"  [{shown}]", file=sys.stderr, flush=True)
+    print(f"{about}; type a message, an empty line or Ctrl-D ends", file=sys.stderr)
+    for line in sys.stdin:
+        text = line.strip()
+        if not text:
+            break
+        try:
+            result = dialogue.text_turn(text)
+        except ParleyError as e:  # one failed turn does not end the conversation
+            print(f"parley: {e}", file=sys.stderr)
+            continue
+        print(result.reply_text, flush=True)
+        print(_figures(result.metrics), file=sys.stderr, flush=True)
+    return 0
+
+
+def _voice_chat(dialogue, args, about: str) -> int:
+    """The microphone conversation until Ctrl-C; push-to-talk: Enter starts and ends each turn, Ctrl-D quits."""
+    from engine.audio import Microphone
+    from engine.stt.vad import Mode, VadOptions
+    from engine.voice import BargeIn, Heard, TurnFailed, TurnFinished, VoiceLoop, VoiceOptions
+
+    def show(event):
+        if isinstance(event, Heard):
+            print(f"you: {event.text}", flush=True)
+        elif isinstance(event, TurnFinished):
+            print(f"parley: {event.result.reply_text}", flush=True)
+            print(_figures(event.result.metrics), file=sys.stderr, flush=True)
+        elif isinstance(event, TurnFailed):
+            print(f"parley: {event.message}", file=sys.stderr, flush=True)
+        elif isinstance(event, BargeIn):
+            print("  [interrupted]", file=sys.stderr, flush=True)
+
+    mode = Mode.PUSH_TO_TALK if args.push_to_talk else Mode.HANDS_FREE
+    options = VoiceOptions(mode=mode, vad=VadOptions(silence_ms=args.silence_ms))
+    with Microphone(args.input_device) as mic, VoiceLoop(dialogue, mic, options=options) as loop:
+        loop.subscribe(show)
+        loop.start()
+        how = ("press Enter to talk and Enter again when done; Ctrl-D quits" if args.push_to_talk
+               else "speak when you like (typed lines are turns too); Ctrl-C quits")
+        print(f"{about}; hearing {mic.device.name}, speaking on {dialogue.player.device.name}; {how}",
+              file=sys.stderr, flush=True)
+        try:
+            talking = False
+            for line in sys.stdin:
+                if args.push_to_talk:
+                    talking = not talking
+                    if talking:
+                        loop.press()
+                    else:
+                        loop.release()
+                    print("  [talking: press Enter when done]" if talking else "  [thinking]", file=sys.stderr,
+                          flush=True)
+                elif line.strip():
+                    loop.submit_text(line.strip())
+            if not args.push_to_talk:  # no more typing (stdin closed, or none): keep listening
+                threading.Event().wait()
+        except KeyboardInterrupt:
+            print("", file=sys.stderr)
     return 0
 
 
@@ -125,8 +186,14 @@ def main(argv=None) -> int:
     say.add_argument("--seed", type=int, help="makes the speech reproducible")
     say.add_argument("--device", default="cpu", help="cpu or cuda")
     say.add_argument("--dtype", help="float32, bfloat16 or float16 (default: float32 on CPU, bfloat16 on GPU)")
-    chat = commands.add_parser("chat", help="talk with Parley: replies are printed and spoken")
-    chat.add_argument("--text", action="store_true", help="type your turns on standard input (one a line)")
+    chat = commands.add_parser("chat", help="talk with Parley through the microphone: replies are printed and spoken")
+    chat.add_argument("--text", action="store_true", help="type your turns on standard input (one a line) instead")
+    chat.add_argument("--push-to-talk", action="store_true", help="Enter starts and ends each spoken turn "
+                      "(default: hands-free, a pause ends the turn)")
+    chat.add_argument("--silence-ms", type=int, default=700, help="hands-free: the pause that ends a turn (ms)")
+    chat.add_argument("--input-device", help="microphone: a name, part of one, or an index (default: the system's)")
+    chat.add_argument("--output-device", help="speaker: a name, part of one, or an index (default: the system's)")
+    chat.add_argument("--whisper", help="Whisper model: a CTranslate2 folder or hub name (default: the bundled base)")
     chat.add_argument("--model", help="TTS checkpoint folder or hub id (default: Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
     chat.add_argument("--llm", help="GGUF chat model file (default: the bundled SmolLM2-135M-Instruct)")
     chat.add_argument("--speaker", help="voice name (default: the TTS model's first)")

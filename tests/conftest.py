@@ -185,3 +185,47 @@ def smollm2_path():
         return bundled_model_path()
     except ModelFilesError as e:
         pytest.skip(str(e))
+
+
+# -- the user's voice into a microphone (tests/test_voice.py, tests/test_cli.py)
+
+MIC_RATE_HZ = 16_000  # what the user's speech is played at (engine/stt SAMPLE_RATE_HZ)
+
+
+@pytest.fixture
+def user_mic(sound_server):
+    """A null sink 'usermic' whose monitor is the default source during the test: play(audio) is the user
+    speaking into the Microphone. Parley's voice still goes to 'vsink', so the microphone hears no echo.
+    """
+    pulse_server = sound_server
+
+    def pactl(*args):
+        return subprocess.run(["pactl", *args], env=pulse_server.env, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    module = pactl("load-module", "module-null-sink", "sink_name=usermic", f"rate={MIC_RATE_HZ}", "channels=1")
+    pactl("set-default-source", "usermic.monitor")
+    cli = pactl("load-module", "module-cli-protocol-unix")  # for pacmd, which can drop one stream
+
+    def drop_playback():
+        """The server drops the Player's stream on 'vsink', as it does when a device is unplugged."""
+        (vsink,) = [line.split()[0] for line in pactl("list", "short", "sinks").splitlines() if "\tvsink\t" in line]
+        (stream,) = [line.split()[0] for line in pactl("list", "short", "sink-inputs").splitlines()
+                     if line.split()[1] == vsink]
+        subprocess.run(["pacmd", "kill-sink-input", stream], env=pulse_server.env, check=True, timeout=10)
+
+    def play(audio: np.ndarray) -> subprocess.Popen:
+        """Starts playing (n,) float32 16 kHz audio into the user's microphone; wait() on the result."""
+        player = subprocess.Popen(["pacat", "--playback", "--device=usermic", "--raw", "--format=float32le",
+                                   f"--rate={MIC_RATE_HZ}", "--channels=1"], stdin=subprocess.PIPE,
+                                  env=pulse_server.env)
+        player.stdin.write(np.asarray(audio, np.float32).tobytes())
+        player.stdin.close()
+        return player
+
+    play.drop_playback = drop_playback
+    yield play
+    if pulse_server.pid() is not None:
+        pactl("set-default-source", "vsink.monitor")
+        pactl("unload-module", module)
+        pactl("unload-module", cli)

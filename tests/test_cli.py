@@ -1,11 +1,18 @@
-"""`parley chat --text` and `parley say` on the speakers, end to end: the real command in a subprocess,
-speaking into PulseAudio's null sink."""
+"""`parley chat` (by voice, push-to-talk and --text) and `parley say` on the speakers, end to end: the real
+command in a subprocess, speaking into PulseAudio's null sink and hearing the user_mic sink's monitor."""
 
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
 
+import numpy as np
 import pytest
+
+QUESTION = "Tell me about the weather today."  # espeak + Whisper base hear this word for word
+WAIT_S = 180
 
 def run_chat(tmp_path, stdin, *args):
     """Run `parley chat ARGS` with `stdin`, its history under tmp_path: (exit code, stdout, stderr)."""
@@ -55,3 +62,95 @@ def test_say_names_an_output_device_that_does_not_exist(sound_server, short_chec
                            "--output-device", "no-such-speaker"], env=env, capture_output=True, text=True,
                           timeout=180)
     assert done.returncode == 2 and "no-such-speaker" in done.stderr and "Traceback" not in done.stderr
+
+
+class Chat:
+    """`parley chat ARGS` running in the background; its output lines arrive on queues as they are printed."""
+
+    def __init__(self, tmp_path, *args):
+        pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+        env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "OMP_NUM_THREADS": "1",
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self.process = subprocess.Popen([sys.executable, "-m", "engine.cli", "chat", *map(str, args)], env=env,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True)
+        self.out, self.err = self._reader(self.process.stdout), self._reader(self.process.stderr)
+        self.lines = {"out": [], "err": []}
+
+    @staticmethod
+    def _reader(stream) -> queue.SimpleQueue:
+        lines = queue.SimpleQueue()
+
+        def read():
+            for line in stream:
+                lines.put(line)
+
+        threading.Thread(target=read, daemon=True).start()
+        return lines
+
+    def wait_line(self, where: str, contains: str) -> str:
+        """The next line of stdout ('out') or stderr ('err') holding `contains`; fails after WAIT_S."""
+        lines = self.out if where == "out" else self.err
+        while True:
+            try:
+                line = lines.get(timeout=WAIT_S)
+            except queue.Empty:
+                self.process.kill()
+                pytest.fail(f"parley chat printed no {contains!r} on std{where} in {WAIT_S} s; so far: {self.lines}")
+            self.lines[where].append(line)
+            if contains in line:
+                return line
+
+    def send(self, text: str) -> None:
+        self.process.stdin.write(text)
+        self.process.stdin.flush()
+
+
+def saved(tmp_path):
+    from engine.history import HistoryStore, history_path
+
+    with HistoryStore(history_path("default", tmp_path / "data" / "parley" / "history")) as history:
+        (conversation,) = history.list_conversations()
+        return history.open_conversation(conversation.id).turns
+
+
+def test_chat_by_voice_prints_what_it_heard_and_the_reply_and_quits_on_ctrl_c(user_mic, speak, short_checkpoint,
+                                                                          whisper_dir, tmp_path):
+    """Hands-free: speech into the microphone is printed as heard, answered (printed, figures on stderr) and
+    saved; Ctrl-C ends the command cleanly with exit code 0."""
+    chat = Chat(tmp_path, "--model", short_checkpoint, "--speaker", "ryan", "--whisper", whisper_dir,
+                "--silence-ms", 500)
+    chat.wait_line("err", "Ctrl-C quits")
+    user_mic(speak(QUESTION)).wait()
+    heard = chat.wait_line("out", "you: ")
+    reply = chat.wait_line("out", "parley: ")
+    figures = chat.wait_line("err", "voice_to_voice_ms")
+    chat.process.send_signal(signal.SIGINT)
+    assert chat.process.wait(timeout=60) == 0
+    assert "weather" in heard.lower() and reply.removeprefix("parley: ").strip()
+    assert "stt_ms" in figures and "tts_ttfc_ms" in figures
+    user, assistant = saved(tmp_path)
+    assert f"you: {user.text}\n" == heard and f"parley: {assistant.text}\n" == reply
+
+
+def test_chat_push_to_talk_takes_a_turn_between_two_enters(user_mic, speak, short_checkpoint, whisper_dir, tmp_path):
+    """--push-to-talk: Enter starts a turn, the speech is heard, Enter ends it; Ctrl-D (end of input) quits."""
+    chat = Chat(tmp_path, "--push-to-talk", "--model", short_checkpoint, "--speaker", "ryan", "--whisper", whisper_dir)
+    chat.wait_line("err", "Ctrl-D quits")
+    chat.send("\n")
+    chat.wait_line("err", "talking")
+    # a second of silence after the words, so they are all captured before the key goes up
+    user_mic(np.concatenate([speak(QUESTION), np.zeros(16_000, np.float32)])).wait()
+    chat.send("\n")
+    heard = chat.wait_line("out", "you: ")
+    chat.wait_line("out", "parley: ")
+    chat.process.stdin.close()
+    assert chat.process.wait(timeout=60) == 0
+    assert "weather" in heard.lower()
+
+
+def test_chat_by_voice_names_a_missing_microphone(sound_server, short_checkpoint, whisper_dir, tmp_path):
+    """An --input-device that does not exist exits 2 with a message listing the devices, and no traceback."""
+    code, _, err = run_chat(tmp_path, "", "--model", short_checkpoint, "--whisper", whisper_dir,
+                            "--input-device", "no-such-microphone")
+    assert code == 2 and "no-such-microphone" in err and "input devices" in err and "Traceback" not in err

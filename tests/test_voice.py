@@ -1,0 +1,315 @@
+"""The live voice loop on real parts: espeak speech played into a second PulseAudio null sink whose monitor
+is the Microphone (tests/conftest.py user_mic), Silero VAD, Whisper base, SmolLM2 (GGUF), the tiny TTS checkpoint speaking through
+the Player on the 'vsink' null sink, and a SQLite history file."""
+
+import math
+import threading
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+
+from engine.errors import AudioDeviceError
+from engine.history import HistoryStore
+from engine.llm.chat import ChatModel, ChatOptions
+from engine.llm.clauses import ClauseOptions
+from engine.metrics import FIGURES, MetricsRecorder
+from engine.pipeline import Dialogue, DialogueOptions
+from engine.stt import SAMPLE_RATE_HZ
+from engine.voice import (
+    SILENT_DBFS, BargeIn, Heard, Level, Mode, Partial, ReplyText, SpeakingClause, SpeechStarted, StateChanged, TurnFailed,
+    TurnFinished, VadOptions, VoiceLoop, VoiceOptions,
+)  # fmt: skip
+
+WAIT_S = 120  # generous: the null sinks run slow and the machine is shared
+CLAUSES = ClauseOptions(min_first_words=1, min_words=2)
+QUESTION = "Tell me about the weather today."  # espeak + Whisper base hear this word for word
+VAD = VadOptions(silence_ms=500)
+
+
+class Events:
+    """Every event the loop emits, in order, with waits that wake on each new one (no sleeps)."""
+
+    def __init__(self):
+        self.seen = []
+        self._changed = threading.Condition()
+
+    def __call__(self, event):
+        with self._changed:
+            self.seen.append(event)
+            self._changed.notify_all()
+
+    def of(self, kind):
+        with self._changed:
+            return [e for e in self.seen if isinstance(e, kind)]
+
+    def wait(self, predicate, what: str, timeout_s: float = WAIT_S):
+        """Waits until predicate(events so far) is true; fails the test naming `what` otherwise."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: predicate(self.seen), timeout_s):
+                shown = [e for e in self.seen if not isinstance(e, (Level, ReplyText))]
+                pytest.fail(f"no {what} within {timeout_s} s; events (no levels or reply text): {shown}")
+
+    def wait_for(self, kind, what: str = "", count: int = 1):
+        self.wait(lambda seen: sum(isinstance(e, kind) for e in seen) >= count, what or kind.__name__)
+        return self.of(kind)[count - 1]
+
+    def states(self):
+        return [e.state for e in self.of(StateChanged)]
+
+
+@pytest.fixture(scope="module")
+def chat(smollm2_path):
+    return ChatModel(smollm2_path, ChatOptions(n_ctx=512, max_tokens=40, n_threads=1, temperature=0.0))
+
+
+@pytest.fixture(scope="module")
+def tts(short_checkpoint):
+    from engine.tts import load_tts
+
+    return load_tts(short_checkpoint)
+
+
+@pytest.fixture
+def parts(user_mic, chat, tts, transcriber, tmp_path):
+    """A fresh Player, Microphone, history file and Dialogue per test (a test may break the player)."""
+    from engine.audio import Microphone, Player
+
+    chat.clear_history()
+    with Player() as player, Microphone() as mic, HistoryStore(tmp_path / "history.sqlite3") as history:
+        dialogue = Dialogue(chat, tts, player, history, transcriber, metrics=MetricsRecorder(),
+                            options=DialogueOptions(speaker="ryan", tts_seed=1, clauses=CLAUSES))
+        yield dialogue, mic
+
+
+def run_loop(dialogue, mic, **options):
+    events = Events()
+    loop = VoiceLoop(dialogue, mic, options=VoiceOptions(vad=VAD, **options))
+    loop.subscribe(events)
+    loop.start()
+    return loop, events
+
+
+def saved_turns(dialogue):
+    return dialogue.history.open_conversation(dialogue.conversation_id).turns
+
+
+def test_speech_into_the_microphone_becomes_a_spoken_measured_saved_turn(parts, user_mic, speak):
+    """A WAV played into the microphone is heard, answered by SmolLM2, spoken by the TTS through the
+    player clause by clause, saved, and measured in every figure; the states run their course."""
+    dialogue, mic = parts
+    loop, events = run_loop(dialogue, mic)
+    played_before = dialogue.player.stats().frames_played
+    with loop:
+        user_mic(speak(QUESTION)).wait()
+        finished = events.wait_for(TurnFinished)
+        events.wait(lambda seen: isinstance(seen[-1], StateChanged) and seen[-1].state == "listening",
+                    "return to listening")
+
+    heard = events.of(Heard)
+    assert [h.text for h in heard] == [finished.result.user_text] and "weather" in heard[0].text.lower()
+    replies = [r.text for r in events.of(ReplyText)]
+    assert replies and replies[-1] == finished.result.reply_text
+    assert all(b.startswith(a) for a, b in zip(replies, replies[1:]))  # it only grows
+    clauses = events.of(SpeakingClause)
+    assert [c.index for c in clauses] == list(range(len(clauses))) and clauses
+    assert " ".join(c.text for c in clauses) == finished.result.heard_text
+    assert dialogue.player.stats().frames_played > played_before
+    assert events.of(SpeechStarted) and events.of(Level)
+    assert all(SILENT_DBFS <= level.rms_dbfs <= 0 for level in events.of(Level))
+    # StateChanged announces changes only, in the order the turn went through them
+    states = events.states()
+    assert all(a != b for a, b in zip(states, states[1:]))
+    assert states[:5] == ["listening", "hearing", "thinking", "speaking", "listening"] and states[-1] == "idle"
+
+    m = finished.result.metrics
+    for name in FIGURES:
+        value = getattr(m, name)
+        assert value is not None and math.isfinite(value), name
+    assert 0 < m.stt_ms and m.voice_to_voice_ms > VAD.silence_ms  # measured from the end of the speech
+    user, assistant = saved_turns(dialogue)
+    assert (user.text, assistant.text) == (finished.result.user_text, finished.result.reply_text)
+    assert dict(assistant.metrics) == m.as_dict()
+
+
+def test_speech_while_parley_speaks_barges_in_and_becomes_the_next_turn(parts, user_mic, speak):
+    """Speech that starts while a reply plays stops it at once (playback flushed, history keeps only the
+    heard clauses) and is then answered as the next turn."""
+    dialogue, mic = parts
+    loop, events = run_loop(dialogue, mic)
+    with loop:
+        loop.submit_text("Tell me a long story about a cat and a dog.")
+        events.wait_for(SpeakingClause, "first clause playing")
+        user_mic(speak(QUESTION))
+        events.wait_for(BargeIn)
+        first = events.wait_for(TurnFinished).result
+        second = events.wait_for(TurnFinished, count=2).result
+
+    assert events.of(SpeechStarted) and first.interrupted and not second.interrupted
+    stats = dialogue.player.stats()
+    assert stats.frames_flushed > 0
+    clauses = events.of(SpeakingClause)
+    assert first.reply_text.startswith(first.heard_text.split(" ")[0]) and len(first.heard_text) < len(first.reply_text)
+    assert "weather" in second.user_text.lower() and events.of(Heard)[0].text == second.user_text
+    user, interrupted, voice_user, answer = saved_turns(dialogue)
+    assert interrupted.interrupted and interrupted.spoken_text == first.heard_text
+    assert (voice_user.text, answer.text) == (second.user_text, second.reply_text)
+    assert dialogue.chat.history[1] == {"role": "assistant", "content": first.heard_text} or not first.heard_text
+    assert clauses[0].index == 0
+
+
+def test_losing_the_output_device_mid_reply_fails_the_turn_clearly_and_saves_it(parts, user_mic):
+    """The sound server dropping the player's stream while a reply plays (as when a device is unplugged) gives
+    TurnFailed with a readable device error and no hang; the user's turn and what was heard are saved, and
+    the loop still answers the next turn (with the same clear error, until a new Player is opened)."""
+    dialogue, mic = parts
+    loop, events = run_loop(dialogue, mic)
+    with loop:
+        loop.submit_text("Tell me a long story about a cat and a dog.")
+        events.wait_for(SpeakingClause, "first clause playing")
+        # (unloading the null sink would not do: PulseAudio moves its streams to another sink)
+        user_mic.drop_playback()
+        failed = events.wait_for(TurnFailed)
+        loop.submit_text("Hello.")
+        second = events.wait_for(TurnFailed, "the next turn's failure", count=2)
+
+    assert isinstance(failed.error, AudioDeviceError), failed
+    assert "output device" in failed.message and "was lost" in failed.message
+    assert isinstance(second.error, AudioDeviceError) and not events.of(TurnFinished)
+    user, assistant, again, unheard = saved_turns(dialogue)
+    assert (user.text, again.text) == ("Tell me a long story about a cat and a dog.", "Hello.")
+    assert assistant.interrupted and len(assistant.heard_text) < len(assistant.text)
+    assert assistant.text.startswith(assistant.heard_text.split(" ")[0])
+    assert unheard.interrupted and unheard.heard_text == ""  # written by the LLM, never played
+
+
+class _FailingTTS:
+    """The real TTS engine, made to raise (as a CUDA out-of-memory would) from its second clause on, once."""
+
+    def __init__(self, tts):
+        self._tts, self.clauses, self.failed = tts, 0, False
+
+    def __getattr__(self, name):
+        return getattr(self._tts, name)
+
+    def stream(self, *args, **kwargs):
+        self.clauses += 1
+        if self.clauses == 2 and not self.failed:
+            self.failed = True
+            raise RuntimeError("CUDA out of memory (injected)")
+        return self._tts.stream(*args, **kwargs)
+
+
+def test_a_stage_error_fails_only_its_turn(user_mic, chat, tts, transcriber, tmp_path):
+    """A TTS that raises mid-reply gives TurnFailed; the loop goes on to answer the next typed turn, and
+    the history holds both turns, the failed reply cut to what was played."""
+    from engine.audio import Microphone, Player
+
+    chat.clear_history()
+    failing = _FailingTTS(tts)
+    with Player() as player, Microphone() as mic, HistoryStore(tmp_path / "h.sqlite3") as history:
+        dialogue = Dialogue(chat, failing, player, history, transcriber, metrics=MetricsRecorder(),
+                            options=DialogueOptions(speaker="ryan", tts_seed=1, clauses=CLAUSES))
+        loop, events = run_loop(dialogue, mic)
+        with loop:
+            loop.submit_text("Name three colors.")
+            loop.submit_text("Say hello.")
+            failed = events.wait_for(TurnFailed)
+            finished = events.wait_for(TurnFinished)
+        turns = saved_turns(dialogue)
+
+    assert "CUDA out of memory" in failed.message and isinstance(failed.error, RuntimeError)
+    assert events.seen.index(failed) < events.seen.index(events.of(TurnFinished)[0])
+    assert [t.role for t in turns] == ["user", "assistant", "user", "assistant"]
+    assert turns[0].text == "Name three colors." and turns[1].interrupted
+    assert turns[1].spoken_text == turns[1].heard_text and len(turns[1].heard_text) < len(turns[1].text)
+    assert (turns[2].text, turns[3].text) == ("Say hello.", finished.result.reply_text)
+
+
+def test_push_to_talk_hears_only_between_press_and_release(parts, user_mic, speak):
+    """In push-to-talk, speech without the key makes no turn; speech between press() and release() does."""
+    dialogue, mic = parts
+    loop, events = run_loop(dialogue, mic, mode=Mode.PUSH_TO_TALK)
+    with loop:
+        assert loop.state == "idle"
+        levels = len(events.of(Level))
+        user_mic(speak("This should not be heard.")).wait()
+        events.wait_for(Level, "levels after the speech", count=levels + 10)  # ~1 s more captured
+        assert not events.of(SpeechStarted) and events.states() == []
+
+        loop.press()
+        events.wait(lambda seen: "listening" in [e.state for e in seen if isinstance(e, StateChanged)], "key down")
+        user_mic(speak(QUESTION)).wait()
+        events.wait_for(SpeechStarted)
+        levels = len(events.of(Level))
+        events.wait_for(Level, "levels after the speech", count=levels + 10)
+        loop.release()
+        finished = events.wait_for(TurnFinished)
+
+    assert "weather" in finished.result.user_text.lower()
+    assert events.states()[:3] == ["listening", "hearing", "thinking"]
+    assert [t.text for t in saved_turns(dialogue)][0] == finished.result.user_text
+
+
+def test_muted_microphone_hears_nothing(parts, user_mic, speak):
+    """While muted the loop reports silence and the 'muted' state and starts no turn; unmuting listens again."""
+    dialogue, mic = parts
+    loop, events = run_loop(dialogue, mic)
+    with loop:
+        loop.muted = True
+        assert mic.mute and loop.state == "muted"
+        levels = len(events.of(Level))
+        user_mic(speak(QUESTION)).wait()
+        events.wait_for(Level, "levels after the speech", count=levels + 10)
+        assert not events.of(SpeechStarted)
+        assert all(level.rms_dbfs == SILENT_DBFS for level in events.of(Level)[levels + 3:])
+        loop.muted = False
+        assert loop.state == "listening"
+    assert events.states() == ["listening", "muted", "listening", "idle"]
+    assert dialogue.conversation_id is None  # nothing was said, nothing saved
+
+
+def test_speak_only_text_is_spoken_but_not_sent_to_the_llm_or_saved(parts):
+    """submit_text(speak_only=True) speaks the text clause by clause and leaves the LLM and the history alone."""
+    dialogue, mic = parts
+    loop, events = run_loop(dialogue, mic)
+    with loop:
+        loop.submit_text("First part, second part.", speak_only=True)
+        finished = events.wait_for(TurnFinished).result
+        loop.submit_text("   ", speak_only=True)
+        failed = events.wait_for(TurnFailed)
+    assert finished.user_text == "" and finished.heard_text == "First part, second part."
+    assert [c.text for c in events.of(SpeakingClause)] == ["First part,", "second part."]
+    assert finished.metrics.tts_ttfc_ms > 0 and finished.metrics.llm_ttft_ms is None
+    assert dialogue.chat.history == [] and dialogue.conversation_id is None
+    assert "nothing to say" in failed.message
+
+
+def test_partials_show_the_words_while_the_user_is_still_speaking(parts, user_mic, speak):
+    """With partials on, Partial transcripts of the utterance so far come before its final Heard text."""
+    dialogue, mic = parts
+    loop, events = run_loop(dialogue, mic, partials=True, partial_interval_ms=500)
+    with loop:
+        # long enough (~7 s) that Whisper on a busy CPU finishes a partial while the user still speaks
+        user_mic(speak("Tell me about the weather today, and about the weather tomorrow, and about the "
+                       "weather for the rest of the week in the city.")).wait()
+        heard = events.wait_for(Heard)
+        partials = [e for e in events.seen[: events.seen.index(heard)] if isinstance(e, Partial)]
+    assert partials and all(p.text.strip() for p in partials)
+    assert all(p.text.split()[0].lower() == heard.text.split()[0].lower() for p in partials)  # same start
+
+
+def test_options_and_close_are_checked(parts):
+    """A bad mode names the valid ones; close() twice is fine; start() after close() is refused."""
+    dialogue, mic = parts
+    with pytest.raises(ValueError, match="unknown mode 'walkie'.*hands-free, push-to-talk"):
+        VoiceOptions(mode="walkie")
+    loop = VoiceLoop(dialogue, mic)
+    loop.start()
+    with pytest.raises(ValueError, match="unknown mode"):
+        loop.set_mode("walkie")
+    loop.close()
+    loop.close()
+    with pytest.raises(RuntimeError, match="already started"):
+        loop.start()
