@@ -158,12 +158,15 @@ class _Download(QObject):
     """One download on a Python thread; its signals arrive queued in the GUI thread.
 
     progress(done_bytes, total_bytes): as objects, since model sizes overflow a Qt int.
-    finished(str): the folder it made. failed(Exception): the DownloadError (or other) it raised.
+    finished(str): the kind ("tts", ...) whose download completed.
+    failed(str, Exception): the kind, and the DownloadError (or other) its download raised.
+    Connect them to bound methods of widgets, never lambdas: only a receiver object makes Qt queue a
+    call from this thread into the GUI thread.
     """
 
     progress = Signal(object, object)
     finished = Signal(str)
-    failed = Signal(object)
+    failed = Signal(str, object)
 
     def __init__(self, kind: ModelKind):
         super().__init__()
@@ -181,12 +184,12 @@ class _Download(QObject):
         from engine.downloads import download_model
 
         try:
-            folder = download_model(self.kind.repo_id, self.kind.download_folder(), files=self.kind.files,
-                                    progress=self.progress.emit, cancel=self.cancel)
+            download_model(self.kind.repo_id, self.kind.download_folder(), files=self.kind.files,
+                           progress=self.progress.emit, cancel=self.cancel)
         except Exception as e:  # shown in the row; the page decides how
-            self.failed.emit(e)
+            self.failed.emit(self.kind.kind, e)
         else:
-            self.finished.emit(str(folder))
+            self.finished.emit(self.kind.kind)
 
 
 class ModelRow(QFrame):
@@ -375,8 +378,8 @@ class ModelsPage(QWidget):
             return
         download = _Download(self.rows[name].kind)
         download.progress.connect(self.rows[name].show_progress)
-        download.finished.connect(lambda _folder, n=name: self._download_finished(n))
-        download.failed.connect(lambda error, n=name: self._download_failed(n, error))
+        download.finished.connect(self._download_finished)
+        download.failed.connect(self._download_failed)
         self.downloads[name] = download
         self.refresh()
         download.start()
