@@ -1,0 +1,218 @@
+"""Benchmark of the live voice loop: a scripted 20-turn spoken conversation, per-stage latency p50/p95.
+
+Method: a private PulseAudio server with two null sinks: 'vsink' (48 kHz) is the speakers Parley plays
+on, 'usermic' (16 kHz) is where the user's voice is played (espeak-ng, en-us, 150 words/min), and its
+monitor is the default source the Microphone records. Each scripted line is played into 'usermic' and
+goes through the real loop (engine/voice.py: Silero VAD endpointing hands-free -> Whisper base ->
+SmolLM2-135M-Instruct -> clause splitter -> Qwen3-TTS -> Player); the next line starts once the reply
+has played out. One unscored warm-up turn first. The figures are engine/metrics.py's, summarised by
+its MetricsRecorder (p50/p95 over the scored turns); "voice-to-voice beyond the window" is
+voice-to-voice minus --silence-ms, the pause the endpointer waits for before it ends a turn.
+
+The Qwen3-TTS weights are random (no checkpoint can be downloaded here), written in the official
+layout at --size unless --model is given, each clause capped at --max-frames frames (random weights
+rarely emit EOS), so the work per frame is the real model's. PulseAudio's null sinks run on a slow
+clock (~50-75% of real time here): the user's speech and the silence window take longer in wall time
+than in audio time, which inflates voice-to-voice; STT, TTFT, TTFC and RTF are unaffected.
+
+    python bench/voice_loop.py                      # CPU, tiny checkpoint
+    python bench/voice_loop.py --device cuda --size 0.6b
+Needs the Debian packages pulseaudio, pulseaudio-utils, libasound2-plugins and espeak-ng (.ci/run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SCRIPT = [
+    "Hello, who are you?",
+    "Tell me about the weather today.",
+    "What is a good breakfast?",
+    "How do I make a cup of tea?",
+    "Name a famous painter.",
+    "What is the largest animal?",
+    "Give me a tip for better sleep.",
+    "What is the capital of Spain?",
+    "How many days are in a week?",
+    "Tell me a short joke.",
+    "What is your favorite book?",
+    "How do plants grow?",
+    "What is the speed of light?",
+    "Suggest a name for a dog.",
+    "What should I cook for dinner?",
+    "How far away is the moon?",
+    "What is a healthy snack?",
+    "Tell me something about the ocean.",
+    "What time is it in London?",
+    "Thank you, goodbye.",
+]
+WARM_UP = "Good morning."
+USER_RATE_HZ = 16_000
+ROWS = [  # (figure in engine/metrics.py, shown as)
+    ("stt_ms", "STT (end of turn -> transcript) ms"),
+    ("llm_ttft_ms", "LLM TTFT ms"),
+    ("llm_first_clause_ms", "LLM first clause ms"),
+    ("tts_ttfc_ms", "TTS TTFC ms"),
+    ("tts_rtf", "TTS RTF"),
+    ("voice_to_voice_ms", "voice-to-voice ms"),
+    ("underruns", "underruns per turn"),
+]
+
+
+class Pulse:
+    """A private pulseaudio daemon with the two null sinks; stop() ends it."""
+
+    def __init__(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="parley-bench-pulse-"))
+        self.dir.chmod(0o700)
+        self.env = {**os.environ, "XDG_RUNTIME_DIR": str(self.dir), "PULSE_RUNTIME_PATH": str(self.dir / "pulse")}
+        self.env.pop("PULSE_SERVER", None)
+        subprocess.run(["pulseaudio", "-n", "--daemonize=yes", "--exit-idle-time=-1", "--disallow-exit",
+                        "-L", "module-null-sink sink_name=vsink rate=48000",
+                        "-L", f"module-null-sink sink_name=usermic rate={USER_RATE_HZ} channels=1",
+                        "-L", "module-native-protocol-unix auth-anonymous=1", "-L", "module-always-sink"],
+                       env=self.env, check=True, capture_output=True, timeout=30)  # fmt: skip
+        for args in (["set-default-sink", "vsink"], ["set-default-source", "usermic.monitor"]):
+            subprocess.run(["pactl", *args], env=self.env, check=True, capture_output=True, timeout=10)
+        # PortAudio (through ALSA's pulse plugin) finds the server from these, read when it opens a stream
+        os.environ.update({k: self.env[k] for k in ("XDG_RUNTIME_DIR", "PULSE_RUNTIME_PATH")})
+        os.environ.pop("PULSE_SERVER", None)
+
+    def play(self, audio: np.ndarray) -> subprocess.Popen:
+        player = subprocess.Popen(["pacat", "--playback", "--device=usermic", "--raw", "--format=float32le",
+                                   f"--rate={USER_RATE_HZ}", "--channels=1"], stdin=subprocess.PIPE, env=self.env)
+        player.stdin.write(audio.astype(np.float32).tobytes())
+        player.stdin.close()
+        return player
+
+    def stop(self) -> None:
+        subprocess.run(["pulseaudio", "--kill"], env=self.env, capture_output=True, timeout=30)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def speech(text: str, folder: Path) -> np.ndarray:
+    """espeak-ng's en-us voice at 150 words a minute, as (n,) float32 at 16 kHz."""
+    import soundfile
+    import soxr
+
+    wav = folder / f"{abs(hash(text))}.wav"
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(wav), text], check=True)
+    audio, rate = soundfile.read(wav, dtype="float32")
+    return soxr.resample(audio, rate, USER_RATE_HZ).astype(np.float32)
+
+
+def tts_checkpoint(args, folder: Path) -> Path:
+    if args.model:
+        return Path(args.model)
+    from engine.tts.testing import write_checkpoint
+
+    path = write_checkpoint(folder / args.size, args.size, seed=0)
+    config = path / "generation_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "max_new_tokens": args.max_frames + 1}))
+    return path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where TTS, Whisper and the LLM run")
+    parser.add_argument("--size", default="tiny", choices=["tiny", "0.6b"], help="random TTS checkpoint size")
+    parser.add_argument("--model", help="a TTS checkpoint folder instead of a random one")
+    parser.add_argument("--max-frames", type=int, default=12, help="random checkpoint: frames per clause cap")
+    parser.add_argument("--turns", type=int, default=len(SCRIPT), help=f"scored turns (at most {len(SCRIPT)})")
+    parser.add_argument("--silence-ms", type=int, default=700, help="the endpointer's end-of-turn pause")
+    parser.add_argument("--llm-threads", type=int, default=1, help="CPU threads for llama.cpp (1: see DESIGN.md 6)")
+    parser.add_argument("--timeout-s", type=float, default=180.0, help="longest wait for one turn")
+    args = parser.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="parley-bench-"))
+    pulse = Pulse()  # before sounddevice is imported: PortAudio lists devices once
+    try:
+        return run(args, pulse, work)
+    finally:
+        pulse.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args, pulse: Pulse, work: Path) -> int:
+    from engine.audio import Microphone, Player
+    from engine.history import HistoryStore
+    from engine.llm.chat import ChatModel, ChatOptions, bundled_model_path
+    from engine.metrics import MetricsRecorder
+    from engine.pipeline import Dialogue
+    from engine.stt import Transcriber, TranscriberOptions, VadOptions
+    from engine.tts import load_tts
+    from engine.voice import TurnFailed, TurnFinished, VoiceLoop, VoiceOptions
+
+    t0 = time.perf_counter()
+    tts = load_tts(tts_checkpoint(args, work), device=args.device)
+    chat = ChatModel(bundled_model_path(), ChatOptions(n_ctx=2048, max_tokens=48, temperature=0.0,
+                                                       n_threads=args.llm_threads,
+                                                       n_gpu_layers=None if args.device == "cuda" else 0))
+    transcriber = Transcriber(None, TranscriberOptions(device=args.device, cpu_threads=2 if args.device == "cpu" else 0))
+    transcriber.warm_up()
+    lines = [WARM_UP] + SCRIPT[: args.turns]
+    voices = [speech(line, work) for line in lines]
+    print(f"loaded in {time.perf_counter() - t0:.0f} s: TTS {tts.folder.name} on {tts.device}, Whisper on "
+          f"{transcriber.device} ({transcriber.compute_type}), LLM {chat.model_path.name} with "
+          f"{chat.n_gpu_layers} GPU layers", file=sys.stderr)
+
+    events: queue.SimpleQueue = queue.SimpleQueue()
+    failed = 0
+    with Player() as player, Microphone() as mic, HistoryStore(work / "history.sqlite3") as history:
+        dialogue = Dialogue(chat, tts, player, history, transcriber)
+        options = VoiceOptions(vad=VadOptions(silence_ms=args.silence_ms), barge_in=False)
+        with VoiceLoop(dialogue, mic, options=options) as loop:
+            loop.subscribe(lambda e: events.put(e) if isinstance(e, TurnFinished | TurnFailed) else None)
+            loop.start()
+            for i, (line, voice) in enumerate(zip(lines, voices)):
+                if i == 1:
+                    dialogue.metrics = MetricsRecorder()  # the warm-up turn is not scored
+                pulse.play(voice).wait()
+                try:
+                    event = events.get(timeout=args.timeout_s)
+                except queue.Empty:
+                    print(f"turn {i}: no result within {args.timeout_s:.0f} s; stopping", file=sys.stderr)
+                    return 1
+                if isinstance(event, TurnFailed):
+                    failed += i > 0
+                    print(f"turn {i} ({line!r}) failed: {event.message}", file=sys.stderr)
+                else:
+                    r = event.result
+                    print(f"turn {i}: heard {r.user_text!r} -> {len(r.reply_text.split())} words", file=sys.stderr)
+        summary = dialogue.metrics.summary()
+
+    scored = dialogue.metrics.turns
+    print(f"\n{scored} scored turns ({failed} failed), {platform.machine()} with {os.cpu_count()} CPU cores, "
+          f"--device {args.device}, TTS {args.model or 'random ' + args.size + f' (<= {args.max_frames} frames a clause)'}, "
+          f"silence window {args.silence_ms} ms\n")
+    print("| figure | p50 | p95 | turns |")
+    print("|---|---|---|---|")
+    for name, label in ROWS:
+        if name in summary:
+            f = summary[name]
+            print(f"| {label} | {f.p50:.3g} | {f.p95:.3g} | {f.count} |")
+        else:
+            print(f"| {label} | - | - | 0 |")
+    if "voice_to_voice_ms" in summary:
+        f = summary["voice_to_voice_ms"]
+        print(f"| voice-to-voice beyond the {args.silence_ms} ms window, ms | {f.p50 - args.silence_ms:.3g} | "
+              f"{f.p95 - args.silence_ms:.3g} | {f.count} |")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
