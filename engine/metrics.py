@@ -30,7 +30,8 @@ class TurnMetrics:
     turn: int = 0
     """0, 1, 2, ... in the order the pipeline ran the turns."""
     stt_ms: float | None = None
-    """STT: end of the user's speech -> final transcript. Voice turns only."""
+    """STT: end of the user's turn (the endpointer's silence window ran out, or the push-to-talk key
+    went up) -> final transcript. Voice turns only."""
     llm_ttft_ms: float | None = None
     """LLM TTFT: the request to the LLM -> its first token with text."""
     llm_first_clause_ms: float | None = None
