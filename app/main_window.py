@@ -331,9 +331,7 @@ class MainWindow(QMainWindow):
     def _speak(self, text: str) -> None:
         if self._not_ready():
             return
-        self.message.clear()
-        self.chat.add_user(text)
-        self.chat.reply_text(text)
+        self.message.clear()  # Parley says it: the engine's ReplyText shows it as Parley's bubble
         self.speak_requested.emit(text)
 
     def _not_ready(self) -> bool:

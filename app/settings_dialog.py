@@ -1,4 +1,4 @@
-"""The settings dialog: voice, language, speaking style, sound devices, listening, system prompt, model
+"""The settings dialog: voice, language, sound devices, listening, system prompt, model
 paths, GPU/CPU and theme, written to Settings (app/settings.py) when the user saves.
 
 The voices and languages offered are the loaded model's (EngineInfo from the worker); the devices are
@@ -78,17 +78,10 @@ class SettingsDialog(QDialog):
         for name in info.languages if info else ():
             self.language.addItem(name.capitalize(), name)
         self._select(self.language, s.language)
-        self.style_edit = QLineEdit(s.style, objectName="style")
-        self.style_edit.setPlaceholderText("e.g. calm and warm")
-        takes_style = info is not None and info.takes_style
-        self.style_edit.setEnabled(takes_style)
-        if not takes_style:
-            self.style_edit.setToolTip("The loaded speech model takes no speaking style (1.7B models do)")
         self.output = self._device_box("output", s.output_device)
         form = QFormLayout()
         form.addRow("Voice", self.speaker)
         form.addRow("Language", self.language)
-        form.addRow("Speaking style", self.style_edit)
         form.addRow("Speakers", self.output)
         return self._page(form)
 
@@ -154,7 +147,7 @@ class SettingsDialog(QDialog):
         """Write every field, then saved() and close. The widgets offer only values Settings takes."""
         values = {
             "speaker": self.speaker.currentData(), "language": self.language.currentData(),
-            "style": self.style_edit.text().strip(), "output_device": self.output.currentData(),
+            "output_device": self.output.currentData(),
             "input_device": self.input.currentData(), "listen_mode": self.mode.currentData(),
             "silence_ms": self.silence.value(), "system_prompt": self.prompt.toPlainText().strip(),
             "device": self.device.currentData(), "theme": self.theme.currentData(),

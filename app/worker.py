@@ -29,7 +29,6 @@ class EngineInfo:
     """What the window shows of the loaded engine, and what the settings dialog offers.
 
     speakers, languages: the TTS model's (from its config.json); speaker: the voice in use.
-    takes_style: the model takes a speaking style (1.7B CustomVoice).
     device: where the TTS runs ("cpu" or "cuda").
     tts_model, llm_model, stt_model: the files or folders loaded; stt_model None when speech
         recognition is off (then only typed turns work).
@@ -40,7 +39,6 @@ class EngineInfo:
     speakers: tuple[str, ...]
     languages: tuple[str, ...]
     speaker: str | None
-    takes_style: bool
     device: str
     tts_model: Path
     llm_model: Path
@@ -154,15 +152,16 @@ class EngineWorker(QObject):
 
         engine.chat.system_prompt = config.system_prompt or DEFAULT_SYSTEM_PROMPT
         old, engine.config = engine.config, config
+        conversation_id = engine.dialogue.conversation_id
         try:
-            if (old.speaker, old.language, old.style, old.silence_ms, old.tts_seed) != \
-                    (config.speaker, config.language, config.style, config.silence_ms, config.tts_seed):
-                self._rebuild_loop(engine, engine.dialogue.conversation_id)
+            if (old.speaker, old.language, old.silence_ms, old.tts_seed) != \
+                    (config.speaker, config.language, config.silence_ms, config.tts_seed):
+                self._rebuild_loop(engine, conversation_id)
             elif old.listen_mode != config.listen_mode:
-                engine.loop.set_mode(self._mode(config.listen_mode))
+                engine.loop.set_mode(config.listen_mode)
         except Exception as e:  # e.g. a speaker the model lacks: the old voice stays
             engine.config = old
-            self._rebuild_loop(engine, engine.dialogue.conversation_id if engine.dialogue else None)
+            self._rebuild_loop(engine, conversation_id)
             self.notice.emit(problem_for(e, "applying the settings"))
         self.ready.emit(self._info())
 
@@ -238,7 +237,7 @@ class EngineWorker(QObject):
                                   tts_seed=config.tts_seed)
         engine.dialogue = Dialogue(engine.chat, engine.tts, engine.player, engine.history, engine.transcriber,
                                    options=options, metrics=engine.metrics, conversation_id=conversation_id)
-        voice = VoiceOptions(mode=self._mode(config.listen_mode), vad=VadOptions(silence_ms=config.silence_ms))
+        voice = VoiceOptions(mode=config.listen_mode, vad=VadOptions(silence_ms=config.silence_ms))
         engine.loop = VoiceLoop(engine.dialogue, engine.microphone, options=voice)
         recorder = engine.metrics
         engine.unsubscribe = [
@@ -246,12 +245,6 @@ class EngineWorker(QObject):
             recorder.subscribe(lambda metrics: self.metrics.emit(metrics, dict(recorder.summary()))),
         ]
         engine.loop.start()
-
-    @staticmethod
-    def _mode(listen_mode: str):
-        from engine.stt.vad import Mode
-
-        return Mode(listen_mode)
 
     def _voice_off(self, error: Exception, doing: str) -> Problem:
         problem = problem_for(error, doing)
@@ -266,18 +259,11 @@ class EngineWorker(QObject):
         self._progress()
 
     def _info(self) -> EngineInfo:
-        from engine.errors import InputTextError
-
         engine = self._engine
         tts = engine.tts
-        try:  # the model says whether it takes a style: resolve_voice refuses one it cannot use
-            tts.resolve_voice(engine.dialogue.speaker, "auto", "calm")
-            takes_style = True
-        except InputTextError:
-            takes_style = False
         return EngineInfo(
             speakers=tuple(tts.speakers), languages=tuple(tts.languages), speaker=engine.dialogue.speaker,
-            takes_style=takes_style, device=engine.device, tts_model=tts.folder, llm_model=engine.chat.model_path,
+            device=engine.device, tts_model=tts.folder, llm_model=engine.chat.model_path,
             stt_model=engine.transcriber.path if engine.transcriber else None,
             microphone=engine.microphone.device.name if engine.microphone else None,
             speakers_device=engine.player.device.name, conversation_id=engine.dialogue.conversation_id,
@@ -318,7 +304,7 @@ class EngineWorker(QObject):
     def set_mode(self, listen_mode: str) -> None:
         """"hands-free" or "push-to-talk"."""
         self._engine.config = replace(self._engine.config, listen_mode=listen_mode)
-        self._engine.loop.set_mode(self._mode(listen_mode))
+        self._engine.loop.set_mode(listen_mode)
 
     @Slot(int)
     def open_conversation(self, conversation_id: int) -> None:

@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 from app.worker import EngineInfo  # noqa: E402
 
 # what the worker reports for a loaded 0.6B CustomVoice model, for tests that emit its signals themselves
-INFO = EngineInfo(speakers=("aiden", "ryan"), languages=("english", "german"), speaker="aiden", takes_style=False,
+INFO = EngineInfo(speakers=("aiden", "ryan"), languages=("english", "german"), speaker="aiden",
                   device="cpu", tts_model=Path("/m/tts"), llm_model=Path("/m/llm.gguf"), stt_model=Path("/m/stt"),
                   microphone="default", speakers_device="default", conversation_id=None)
 

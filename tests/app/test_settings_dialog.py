@@ -1,7 +1,5 @@
 """The settings dialog on real widgets: offers the loaded model's voices, saves to Settings, cancels cleanly."""
 
-from dataclasses import replace
-
 from PySide6.QtWidgets import QDialogButtonBox
 
 from app.settings_dialog import SettingsDialog
@@ -47,16 +45,6 @@ def test_cancel_writes_nothing(qtbot, settings):
     with qtbot.assertNotEmitted(dialog.saved):
         dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Cancel).click()
     assert settings.speaker == "" and settings.silence_ms == 700 and settings.store.allKeys() == []
-
-
-def test_the_style_field_is_offered_only_where_the_model_takes_one(qtbot, settings):
-    """A 0.6B model takes no speaking style: the field is off and says why; a 1.7B model's is on."""
-    off = SettingsDialog(settings, INFO)
-    on = SettingsDialog(settings, replace(INFO, takes_style=True))
-    qtbot.addWidget(off)
-    qtbot.addWidget(on)
-    assert not off.style_edit.isEnabled() and "no speaking style" in off.style_edit.toolTip()
-    assert on.style_edit.isEnabled()
 
 
 def test_stored_names_the_machine_lacks_now_are_kept(qtbot, settings):

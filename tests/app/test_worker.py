@@ -50,9 +50,16 @@ class Harness:
         self.worker.progress.connect(lambda step, done, total: self.progress.append((step, done, total)))
         self.thread.start()
 
+    def emitted(self, signal, request, *args) -> tuple:
+        """Emit `request(*args)`; the arguments of `signal`'s next emission, waited for by polling."""
+        got = []
+        signal.connect(lambda *a: got.append(a))
+        request.emit(*args)
+        self.qtbot.waitUntil(lambda: bool(got), timeout=LOAD_S * 1000)
+        return got[0]
+
     def close(self):
-        with self.qtbot.waitSignal(self.worker.closed, timeout=TURN_S * 1000):
-            self.requests.shutdown.emit()
+        self.emitted(self.worker.closed, self.requests.shutdown)
         self.thread.quit()
         self.thread.wait()
 
@@ -67,9 +74,7 @@ def harness(qtbot):
 def test_a_missing_speech_model_fails_with_the_way_to_the_models_page(harness, base_config, tmp_path):
     """No TTS checkpoint: loading stops at the speech model with a Problem that leads to the Models page."""
     config = replace(base_config, tts_model=str(tmp_path / "no-such-model"))
-    with harness.qtbot.waitSignal(harness.worker.failed, timeout=LOAD_S * 1000) as failed:
-        harness.requests.load.emit(config)
-    problem = failed.args[0]
+    (problem,) = harness.emitted(harness.worker.failed, harness.requests.load, config)
     assert problem.action == "models" and "speech model" in problem.headline
     assert "no-such-model" in problem.detail
     steps = [step for step, _, _ in harness.progress]
@@ -81,7 +86,5 @@ def test_a_file_that_is_no_gguf_model_fails_readably(harness, base_config, tmp_p
     """A broken LLM path: a readable Problem naming the file, pointing to the Models page."""
     bad = tmp_path / "chat.gguf"
     bad.write_bytes(b"not a model")
-    with harness.qtbot.waitSignal(harness.worker.failed, timeout=LOAD_S * 1000) as failed:
-        harness.requests.load.emit(replace(base_config, llm_model=str(bad)))
-    problem = failed.args[0]
+    (problem,) = harness.emitted(harness.worker.failed, harness.requests.load, replace(base_config, llm_model=str(bad)))
     assert problem.action == "models" and "language model" in problem.headline and str(bad) in problem.detail

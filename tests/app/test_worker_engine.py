@@ -1,0 +1,169 @@
+"""The engine worker loaded once with the real engine (tiny TTS checkpoint, SmolLM2, Whisper base, the
+PulseAudio null sink): typed and speak-only turns relayed as signals, stop, live settings, reopening."""
+
+from dataclasses import replace
+
+import pytest
+from PySide6.QtCore import QObject, QThread, Signal
+from pytestqt.qtbot import QtBot
+
+from app.worker import STEPS, EngineWorker
+from tests.app.test_worker import LOAD_S, TURN_S, base_config  # noqa: F401  (a fixture)
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+
+PROMPT = "Name three colors."
+
+
+class Requests(QObject):
+    """The window's side of the signals: requests queued into the worker's thread."""
+
+    load = Signal(object)
+    apply = Signal(object)
+    send = Signal(str)
+    speak = Signal(str)
+    stop = Signal()
+    open = Signal(int)
+    new = Signal()
+    press = Signal()
+    release = Signal()
+    mute = Signal(bool)
+    shutdown = Signal()
+
+
+def collect(signal) -> list:
+    """Everything `signal` carries from now on, one tuple of arguments per emission."""
+    got = []
+    signal.connect(lambda *args: got.append(args))
+    return got
+
+
+@pytest.fixture(scope="module")
+def engine(qapp, base_config, request):
+    """(worker, requests, progress, ready info): loaded once for the module, shut down at its end."""
+    thread = QThread()
+    worker = EngineWorker()
+    worker.moveToThread(thread)
+    requests = Requests()
+    for name, slot in (("load", worker.load), ("apply", worker.apply), ("send", worker.send), ("speak", worker.speak),
+                       ("stop", worker.stop), ("open", worker.open_conversation), ("new", worker.new_conversation),
+                       ("press", worker.press), ("release", worker.release), ("mute", worker.set_muted),
+                       ("shutdown", worker.shutdown)):
+        getattr(requests, name).connect(slot)
+    progress, ready, failed = collect(worker.progress), collect(worker.ready), collect(worker.failed)
+    bot = QtBot(request)  # pytest-qt's qtbot is per test; this one waits for the module's load
+    thread.start()
+    requests.load.emit(base_config)
+    bot.waitUntil(lambda: bool(ready or failed), timeout=LOAD_S * 1000)
+    assert not failed, failed[0][0]
+    yield worker, requests, progress, ready[0][0]
+    closed = collect(worker.closed)
+    requests.shutdown.emit()
+    bot.waitUntil(lambda: bool(closed), timeout=TURN_S * 1000)
+    thread.quit()
+    thread.wait()
+
+
+def test_loading_reports_each_step_and_the_models_voices(engine, short_checkpoint):
+    """Progress runs through every step to done == total; ready() carries the checkpoint's own voices."""
+    import json
+
+    worker, requests, progress, info = engine
+    assert [step for step, _, _ in progress][:len(STEPS)] == list(STEPS)
+    assert progress[-1][1] == progress[-1][2] == len(STEPS)
+    talker = json.loads((short_checkpoint / "config.json").read_text())["talker_config"]
+    assert set(info.speakers) == set(talker["spk_id"]) and info.speaker == "ryan"
+    assert info.device == "cpu" and info.microphone is not None and info.stt_model is not None
+
+
+def test_a_typed_turn_is_relayed_as_reply_clause_turn_and_metric_signals(engine, qtbot):
+    """send(): the reply grows, its clauses start playing, the turn ends, and its figures come with p50/p95."""
+    worker, requests, _, _ = engine
+    replies, clauses = collect(worker.reply_text), collect(worker.speaking_clause)
+    finished, figures = collect(worker.turn_finished), collect(worker.metrics)
+    requests.send.emit(PROMPT)
+    qtbot.waitUntil(lambda: bool(finished and figures), timeout=TURN_S * 1000)
+    [(result,)], [(metrics, summary)] = finished, figures
+    assert result.user_text == PROMPT and result.reply_text.strip() and not result.interrupted
+    assert replies and replies[-1] == (result.reply_text,)
+    assert all(len(a[0]) <= len(b[0]) for a, b in zip(replies, replies[1:]))  # it only grows
+    assert clauses and [index for _, index in clauses] == list(range(len(clauses)))
+    assert metrics == result.metrics and metrics.tts_ttfc_ms > 0
+    assert summary["tts_ttfc_ms"].count >= 1
+
+
+def test_speak_only_says_the_text_without_the_llm(engine, qtbot):
+    """speak(): the text is spoken as written and shown as the reply; nothing is asked of the LLM."""
+    worker, requests, _, _ = engine
+    replies = collect(worker.reply_text)
+    (result,) = emitted(qtbot, worker.turn_finished, requests.speak, "Hello there.")
+    assert result.reply_text == "Hello there." and result.user_text == "" and replies == [("Hello there.",)]
+    assert result.metrics.llm_ttft_ms is None and result.metrics.tts_ttfc_ms > 0
+
+
+def test_stop_interrupts_the_reply_at_once(engine, qtbot):
+    """stop() as the first clause plays: the turn ends interrupted and barge_in() is signalled."""
+    worker, requests, _, _ = engine
+    finished, barged = collect(worker.turn_finished), collect(worker.barge_in)
+    worker.speaking_clause.connect(lambda text, index: requests.stop.emit() if index == 0 else None)
+    try:
+        requests.send.emit("Tell me about the sea in three sentences.")
+        qtbot.waitUntil(lambda: bool(finished), timeout=TURN_S * 1000)
+    finally:
+        worker.speaking_clause.disconnect()
+    assert finished[0][0].interrupted and barged
+
+
+def emitted(qtbot, signal, request, *args) -> tuple:
+    """Emit `request(*args)` and return the arguments of `signal`'s next emission (waited for by polling,
+    so the wait never hands a timer to the engine's threads)."""
+    got = collect(signal)
+    request.emit(*args)
+    qtbot.waitUntil(lambda: bool(got), timeout=TURN_S * 1000)
+    return got[0]
+
+
+def test_a_new_voice_applies_without_reloading_the_models(engine, qtbot, base_config):
+    """apply() with another speaker: ready() again with that voice, and no loading step runs."""
+    worker, requests, progress, _ = engine
+    before = len(progress)
+    (info,) = emitted(qtbot, worker.ready, requests.apply,
+                      replace(base_config, speaker="aiden", system_prompt="Answer in one word."))
+    assert info.speaker == "aiden" and len(progress) == before
+    (problem,) = emitted(qtbot, worker.notice, requests.apply, replace(base_config, speaker="rian"))
+    assert "rian" in problem.detail and "ryan" in problem.detail  # the valid voices are named
+    (info,) = emitted(qtbot, worker.ready, requests.apply, base_config)
+    assert info.speaker == "ryan"
+
+
+def test_reopening_a_conversation_continues_it(engine, qtbot, base_config):
+    """open_conversation(): the next turn is saved to that conversation; new_conversation() starts another."""
+    from engine.history import HistoryStore, Turn
+
+    worker, requests, _, _ = engine
+    with HistoryStore(base_config.history_file) as store:
+        cid = store.new_conversation("Earlier")
+        store.add_turn(cid, Turn("user", "My name is Ada."))
+        store.add_turn(cid, Turn("assistant", "Hello Ada."))
+    (info,) = emitted(qtbot, worker.ready, requests.open, cid)
+    assert info.conversation_id == cid
+    (result,) = emitted(qtbot, worker.turn_finished, requests.send, PROMPT)
+    with HistoryStore(base_config.history_file) as store:
+        turns = store.open_conversation(cid).turns
+    assert [t.text for t in turns] == ["My name is Ada.", "Hello Ada.", PROMPT, result.reply_text]
+    (info,) = emitted(qtbot, worker.ready, requests.new)
+    assert info.conversation_id is None
+
+
+def test_push_to_talk_and_mute_show_in_the_loops_state(engine, qtbot):
+    """press() starts listening on the real microphone, release() with nothing said goes back to idle;
+    mute shows as "muted" and unmuting returns to idle (push-to-talk with the key up)."""
+    worker, requests, _, _ = engine
+    states, failed = collect(worker.state_changed), collect(worker.turn_failed)
+    levels = collect(worker.level)
+    assert emitted(qtbot, worker.state_changed, requests.press) == ("listening",)
+    qtbot.waitUntil(lambda: bool(levels), timeout=TURN_S * 1000)  # the microphone is read meanwhile
+    assert emitted(qtbot, worker.state_changed, requests.release) == ("idle",)
+    assert emitted(qtbot, worker.state_changed, requests.mute, True) == ("muted",)
+    assert emitted(qtbot, worker.state_changed, requests.mute, False) == ("idle",)
+    assert [s for (s,) in states] == ["listening", "idle", "muted", "idle"] and not failed
