@@ -1,13 +1,18 @@
-"""GPU benchmark of the speech engine: PyTorch eager beside the megakernel's decoder steps, one table, one run.
+"""GPU benchmark of the speech engine: PyTorch eager, PyTorch CUDA graphs and the megakernel, one table, one run.
 
 Method: a random-weight checkpoint in the official layout (written once under --cache), bf16 on the
-GPU, loaded twice: PyTorch eager, and with the megakernel attached (each one-token decoder step in one
-persistent launch; heads, sampling and embeddings still PyTorch ops). Stage times: CUDA events around each call after a warm-up, p50/p95 over --frames frames: the
-talker step (16-embedding sum + 28-layer step + codec head), the code-predictor frame (codebook-0
-pick + 15 predictor passes with their heads and picks) and the codec's decode of one frame. TTFC is
-text handed over -> first PCM chunk in host memory (wall clock, --runs runs); RTF is wall time / audio
-time over 20 s of speech. The floor is the frame's weight bytes (talker once, predictor 15 times) over
-the device-to-device copy bandwidth measured in the same run.
+GPU. Stage times are CUDA events around each call after a warm-up, p50/p95 over --frames frames:
+- talker step: the 16-embedding sum + the 28-layer step + the codec head;
+- code-predictor frame: codebook-0 pick + the 15 predictor passes with their heads and picks;
+- codec frame: the speech tokenizer's decode of one frame (the same PyTorch code in every column).
+Eager runs engine/tts/model.py op by op. CUDA graphs replays the same ops captured once: the talker step
+at a fixed position (replayed there; a step's cost barely depends on it) and the whole predictor frame
+with greedy picks (argmax is capturable). The megakernel runs whole frames in one launch each; its
+predictor frame is a launch without the talker step, its talker step a full frame's launch minus that.
+TTFC is text handed over -> first PCM chunk in host memory (wall clock, --runs runs); RTF is wall time /
+audio time over --seconds of speech (eager and megakernel; CUDA graphs is not an engine path). The floor
+is the frame's weight bytes (talker once, predictor 15 times) over the device-to-device copy bandwidth
+measured in the same run.
 
     python bench/tts_gpu.py --size 0.6b
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -56,22 +62,79 @@ def timed(fn):
     return out, start.elapsed_time(end)
 
 
-def stage_times(tts, frames: int):
+def _setup(tts, frames: int):
     prompts, talker = tts.prompts, tts.config.talker
     voice = tts.resolve_voice(tts.default_speaker)
     inputs = prompts.build(prompts.text_ids(TEXT), voice, True, tts.device)
-    sampler = Sampler(SamplingOptions(), 0, talker.decoder.vocab_size, talker.codec_eos_id, tts._suppress)
-    state = tts.model.begin(inputs.prefill.to(tts.dtype), frames + 1)
+    sampler = Sampler(SamplingOptions(), 0, talker.decoder.vocab_size, talker.codec_eos_id, tts._suppress,
+                      min_frames=10**9)
+    return inputs, sampler, tts.model.begin(inputs.prefill.to(tts.dtype), frames + 1)
+
+
+def eager_times(tts, frames: int):
+    inputs, sampler, state = _setup(tts, frames)
     codec = tts.codec.stream()
     step, predictor, decode = [], [], []
-    for i in range(frames):
+    for _ in range(frames):
         codes, ms = timed(lambda: tts.model.sample_frame(state, sampler))
         predictor.append(ms)
-        if codes is None:
-            break
         decode.append(timed(lambda: codec.decode(codes[None]))[1])
         step.append(timed(lambda: tts.model.advance(state, codes, inputs.text_input(state.frame).to(tts.dtype)))[1])
     return step[5:], predictor[5:], decode[5:]
+
+
+def graph_times(tts, frames: int):
+    """The talker step and the predictor frame as CUDA graphs of the eager engine's own ops."""
+    inputs, _, state = _setup(tts, frames)
+    talker = tts.model.talker
+    greedy = Sampler(SamplingOptions.greedy(), 0, tts.config.talker.decoder.vocab_size,
+                     tts.config.talker.codec_eos_id, tts._suppress)
+    codes = torch.zeros(16, dtype=torch.int64, device="cuda")
+    text = inputs.text_input(0).to(tts.dtype)
+    position = state.cache.length
+
+    def talker_step():
+        state.cache.length = position  # a replay steps at the captured position again
+        hidden = talker.model((talker.frame_embedding(codes) + text)[None], state.cache)[0]
+        return talker.codec_head(hidden)
+
+    def predictor_frame():
+        return talker.code_predictor.predict(state.hidden, talker.codec_embed(codes[0]), greedy, 0)
+
+    replays = []
+    with torch.inference_mode():
+        for fn in (talker_step, predictor_frame):
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(3):
+                    fn()  # warm-up outside the graph (allocator, cuBLAS handles)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn()
+            replays.append([timed(graph.replay)[1] for _ in range(frames)][5:])
+    return replays[0], replays[1]
+
+
+def kernel_times(tts, frames: int):
+    """Frame launches with and without the talker step (codes and the codec as the engine runs them)."""
+    inputs, sampler, state = _setup(tts, frames)
+    kernel, codec = tts.model.frame_kernel, tts.codec.stream()
+    step, predictor, decode = [], [], []
+    cancelled = threading.Event()
+    frames_iter = kernel.run(state, sampler, inputs, frames + 1, cancelled)
+    next(frames_iter)  # the first launch of a run has no talker step: the prefill gave the state
+    for _ in range(frames):
+        codes, ms = timed(lambda: next(frames_iter))
+        step.append(ms)
+        decode.append(timed(lambda: codec.decode(codes[None]))[1])
+    frames_iter.close()
+    for _ in range(frames // 2):  # first launches of fresh runs: the predictor frame alone
+        inputs, sampler, state = _setup(tts, 2)
+        predictor.append(timed(lambda: next(kernel.run(state, sampler, inputs, 1, cancelled)))[1])
+    whole, pred = np.array(step[5:]), np.array(predictor[3:])
+    return list(whole - np.median(pred)), list(pred), decode[5:]
 
 
 def stream_times(tts, runs: int, seconds: float):
@@ -104,10 +167,13 @@ def main() -> int:
         write_checkpoint(folder, args.size, seed=0)
     bandwidth = copy_bandwidth_gbs()
     results = {}
-    for name, kernel in (("PyTorch eager", False), ("megakernel", True)):
+    for name, kernel in (("eager", False), ("megakernel", True)):
         tts = load_tts(folder, device="cuda", megakernel=kernel)
         list(zip(range(10), tts.stream(TEXT, tts.speakers[0], seed=0)))  # warm-up (and the kernel's build)
-        results[name] = (*stage_times(tts, args.frames), *stream_times(tts, args.runs, args.seconds))
+        times = kernel_times(tts, args.frames) if kernel else eager_times(tts, args.frames)
+        results[name] = (*times, *stream_times(tts, args.runs, args.seconds))
+        if not kernel:
+            results["CUDA graph"] = (*graph_times(tts, args.frames), None, None, None)
     layers = tts.model.talker.model.layers
     talker_bytes = sum(p.numel() * p.element_size() for p in layers.parameters())
     talker_bytes += tts.model.talker.codec_head.weight.numel() * 2
@@ -119,13 +185,16 @@ def main() -> int:
              f"RTF over {args.seconds:.0f} s"]
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.size} bf16; "
           f"copy bandwidth {bandwidth:.0f} GB/s (same run)\n")
-    print("| figure | eager p50 | eager p95 | megakernel p50 | megakernel p95 | speed-up p50 | floor | megakernel / floor |")
+    print("| figure | eager p50 / p95 | CUDA graph p50 / p95 | megakernel p50 / p95 | vs eager | vs graph "
+          "| floor | megakernel / floor |")
     print("|---|---|---|---|---|---|---|---|")
+    cell = lambda v: f"{np.percentile(v, 50):.3f} / {np.percentile(v, 95):.3f}" if v else "-"  # noqa: E731
     for i, (name, floor) in enumerate(zip(names, floors)):
-        e, k = results["PyTorch eager"][i], results["megakernel"][i]
-        e50, e95, k50, k95 = (np.percentile(v, q) for v in (e, k) for q in (50, 95))
+        e, g, k = (results[c][i] for c in ("eager", "CUDA graph", "megakernel"))
+        k50 = np.percentile(k, 50)
+        vs_graph = f"{np.percentile(g, 50) / k50:.1f}x" if g else "-"
         tail = f"{floor:.3f} | {k50 / floor:.1f}x" if floor else "- | -"
-        print(f"| {name} | {e50:.3f} | {e95:.3f} | {k50:.3f} | {k95:.3f} | {e50 / k50:.1f}x | {tail} |")
+        print(f"| {name} | {cell(e)} | {cell(g)} | {cell(k)} | {np.percentile(e, 50) / k50:.1f}x | {vs_graph} | {tail} |")
     return 0
 
 

@@ -13,66 +13,185 @@
                 cudaGetErrorString(err_));                                                         \
   } while (0)
 
-static void expect(const torch::Tensor& t, const char* name, torch::ScalarType dtype, int64_t numel) {
+namespace {
+
+void expect(const torch::Tensor& t, const char* name, torch::ScalarType dtype, int64_t numel) {
   TORCH_CHECK(t.is_cuda(), name, " must be on a CUDA device");
   TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", c10::toString(dtype), ", got ", t.scalar_type());
   TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
   TORCH_CHECK(numel < 0 || t.numel() == numel, name, " has ", t.numel(), " elements, expected ", numel);
 }
 
-// layers: int64 (num_layers, 11) device pointers in LayerWeights order; dims: hidden, intermediate,
-// heads, kv_heads, head_dim; scratch: fp32 buffers x, qkv, attn, mlp; returns nothing, writes out and K/V at pos.
-void decoder_step(torch::Tensor layers, std::vector<int64_t> dims, double eps, double rope_theta,
-                  torch::Tensor cache_k, torch::Tensor cache_v, int64_t pos, torch::Tensor x_in,
-                  torch::Tensor final_norm, torch::Tensor x, torch::Tensor qkv, torch::Tensor attn,
-                  torch::Tensor mlp, torch::Tensor out, int64_t blocks) {
+template <typename T>
+T* ptr(const torch::Tensor& t) {
+  return reinterpret_cast<T*>(t.data_ptr());
+}
+
+// A stack's weights and scratch. layers: int64 (num_layers, 11) device pointers in LayerWeights order;
+// dims: hidden, intermediate, heads, kv_heads, head_dim; scratch: fp32 x, qkv, attn, mlp.
+mk::StackParams make_stack(torch::Tensor layers, std::vector<int64_t> dims, double eps, double rope_theta,
+                           torch::Tensor final_norm, torch::Tensor x, torch::Tensor qkv, torch::Tensor attn,
+                           torch::Tensor mlp) {
   TORCH_CHECK(dims.size() == 5, "dims must be (hidden, intermediate, heads, kv_heads, head_dim)");
   const int64_t H = dims[0], I = dims[1], NH = dims[2], NKV = dims[3], D = dims[4];
-  TORCH_CHECK(layers.scalar_type() == torch::kInt64 && layers.dim() == 2 && layers.size(1) == 11,
-              "layers must be int64 (num_layers, 11)");
+  expect(layers, "layers", torch::kInt64, -1);
+  TORCH_CHECK(layers.dim() == 2 && layers.size(1) == 11, "layers must be int64 (num_layers, 11)");
   TORCH_CHECK(H % 8 == 0 && I % 8 == 0 && D % 8 == 0 && NH % NKV == 0, "sizes must be multiples of 8, heads of kv_heads");
-  expect(cache_k, "cache_k", torch::kBFloat16, -1);
-  expect(cache_v, "cache_v", torch::kBFloat16, -1);
-  TORCH_CHECK(cache_k.dim() == 4 && cache_k.size(0) == layers.size(0) && cache_k.size(1) == NKV && cache_k.size(3) == D,
-              "cache_k must be (layers, kv_heads, capacity, head_dim)");
-  TORCH_CHECK(cache_v.sizes() == cache_k.sizes(), "cache_v must match cache_k");
-  TORCH_CHECK(pos >= 0 && pos < cache_k.size(2), "pos ", pos, " outside the cache's capacity ", cache_k.size(2));
-  expect(x_in, "x_in", torch::kFloat32, H);
   expect(final_norm, "final_norm", torch::kBFloat16, H);
   expect(x, "x", torch::kFloat32, H);
   expect(qkv, "qkv", torch::kFloat32, (NH + 2 * NKV) * D);
   expect(attn, "attn", torch::kFloat32, NH * D);
   expect(mlp, "mlp", torch::kFloat32, I);
-  expect(out, "out", torch::kFloat32, H);
-  const c10::cuda::CUDAGuard guard(x.device());
   mk::StackParams p{};
-  p.layers = reinterpret_cast<const mk::LayerWeights*>(layers.data_ptr<int64_t>());
+  p.layers = ptr<const mk::LayerWeights>(layers);
   p.num_layers = static_cast<int>(layers.size(0));
   p.hidden = H; p.intermediate = I; p.num_heads = NH; p.num_kv_heads = NKV; p.head_dim = D;
   p.eps = static_cast<float>(eps); p.rope_theta = static_cast<float>(rope_theta);
-  p.cache_k = reinterpret_cast<__nv_bfloat16*>(cache_k.data_ptr());
-  p.cache_v = reinterpret_cast<__nv_bfloat16*>(cache_v.data_ptr());
-  p.capacity = static_cast<int>(cache_k.size(2)); p.pos = static_cast<int>(pos);
-  p.x_in = x_in.data_ptr<float>();
-  p.final_norm = reinterpret_cast<const __nv_bfloat16*>(final_norm.data_ptr());
-  p.x = x.data_ptr<float>(); p.qkv = qkv.data_ptr<float>(); p.attn = attn.data_ptr<float>();
-  p.mlp = mlp.data_ptr<float>(); p.out = out.data_ptr<float>();
-  MK_CHECK_CUDA(mk::launch_decoder_step(p, static_cast<int>(blocks), at::cuda::getCurrentCUDAStream()));
+  p.final_norm = ptr<const __nv_bfloat16>(final_norm);
+  p.x = ptr<float>(x); p.qkv = ptr<float>(qkv); p.attn = ptr<float>(attn); p.mlp = ptr<float>(mlp);
+  return p;
 }
 
-// How many blocks a launch for this stack uses (all co-resident), or an error naming the limit.
-int64_t plan_blocks(std::vector<int64_t> dims, int64_t capacity) {
-  mk::StackParams p{};
-  p.hidden = dims[0]; p.intermediate = dims[1]; p.num_heads = dims[2]; p.num_kv_heads = dims[3]; p.head_dim = dims[4];
-  p.capacity = static_cast<int>(capacity);
+// The stack with its KV cache (layers, kv_heads, capacity, head_dim), room for position `last`.
+mk::StackParams with_cache(mk::StackParams p, const torch::Tensor& k, const torch::Tensor& v, int64_t last,
+                           const char* name) {
+  expect(k, name, torch::kBFloat16, -1);
+  expect(v, name, torch::kBFloat16, -1);
+  TORCH_CHECK(k.dim() == 4 && k.size(0) == p.num_layers && k.size(1) == p.num_kv_heads && k.size(3) == p.head_dim,
+              name, " must be (layers, kv_heads, capacity, head_dim)");
+  TORCH_CHECK(v.sizes() == k.sizes(), name, ": keys and values differ in shape");
+  TORCH_CHECK(last < k.size(2), name, ": position ", last, " outside the cache's capacity ", k.size(2));
+  p.cache_k = ptr<__nv_bfloat16>(k);
+  p.cache_v = ptr<__nv_bfloat16>(v);
+  p.capacity = static_cast<int>(k.size(2));
+  return p;
+}
+
+// One token through the stack at `pos`; writes K/V there and the final-normed state to out.
+void decoder_step(const mk::StackParams& stack, torch::Tensor cache_k, torch::Tensor cache_v, int64_t pos,
+                  torch::Tensor x_in, torch::Tensor out, int64_t blocks) {
+  TORCH_CHECK(pos >= 0, "pos must be >= 0");
+  const mk::StackParams p = with_cache(stack, cache_k, cache_v, pos, "cache");
+  expect(x_in, "x_in", torch::kFloat32, p.hidden);
+  expect(out, "out", torch::kFloat32, p.hidden);
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  MK_CHECK_CUDA(mk::launch_decoder_step(p, static_cast<int>(pos), ptr<const float>(x_in), ptr<float>(out),
+                                        static_cast<int>(blocks), at::cuda::getCurrentCUDAStream()));
+}
+
+// The frame loop's fixed parts: both stacks, the heads and embedding tables (int64 device pointer
+// tables; predictor_vocab rows per head), small_to_mtp_projection (undefined tensors where the widths are equal), fp32 scratch.
+mk::FrameParams make_frames(const mk::StackParams& talker, const mk::StackParams& predictor, torch::Tensor codec_head,
+                            torch::Tensor predictor_heads, int64_t predictor_vocab, torch::Tensor embeddings,
+                            c10::optional<torch::Tensor> proj_w,
+                            c10::optional<torch::Tensor> proj_b, torch::Tensor logits, torch::Tensor talker_in,
+                            torch::Tensor predictor_in, torch::Tensor predictor_src) {
+  mk::FrameParams p{};
+  p.talker = talker;
+  p.predictor = predictor;
+  TORCH_CHECK(codec_head.dim() == 2 && codec_head.size(1) == talker.hidden, "codec_head must be (vocab, talker hidden)");
+  expect(codec_head, "codec_head", torch::kBFloat16, -1);
+  expect(predictor_heads, "predictor_heads", torch::kInt64, -1);
+  expect(embeddings, "embeddings", torch::kInt64, predictor_heads.numel() + 1);
+  p.codec_head = ptr<const __nv_bfloat16>(codec_head);
+  p.talker_vocab = static_cast<int>(codec_head.size(0));
+  p.predictor_heads = ptr<const int64_t>(predictor_heads);
+  p.predictor_vocab = static_cast<int>(predictor_vocab);
+  p.embeddings = ptr<const int64_t>(embeddings);
+  p.groups = static_cast<int>(embeddings.numel());
+  const bool projected = proj_w.has_value() && proj_w->defined();
+  TORCH_CHECK(projected || talker.hidden == predictor.hidden,
+              "the predictor is narrower than the talker, so small_to_mtp_projection is needed");
+  if (projected) {
+    expect(*proj_w, "proj_w", torch::kBFloat16, static_cast<int64_t>(predictor.hidden) * talker.hidden);
+    TORCH_CHECK(proj_b.has_value() && proj_b->defined(), "proj_b is needed with proj_w");
+    expect(*proj_b, "proj_b", torch::kBFloat16, predictor.hidden);
+    p.proj_w = ptr<const __nv_bfloat16>(*proj_w);
+    p.proj_b = ptr<const __nv_bfloat16>(*proj_b);
+  }
+  expect(logits, "logits", torch::kFloat32, std::max(p.talker_vocab, p.predictor_vocab));
+  expect(talker_in, "talker_in", torch::kFloat32, talker.hidden);
+  expect(predictor_in, "predictor_in", torch::kFloat32, predictor.hidden);
+  expect(predictor_src, "predictor_src", torch::kFloat32, talker.hidden);
+  p.logits = ptr<float>(logits);
+  p.talker_in = ptr<float>(talker_in);
+  p.predictor_in = ptr<float>(predictor_in);
+  p.predictor_src = ptr<float>(predictor_src);
+  return p;
+}
+
+// Up to `frames` decode frames in one launch (FrameParams in params.h says what one frame is).
+// advance_first: talker_in holds the previous frame's input and the talker steps on it first.
+// Writes codes (frames, groups) and frames_done (frames emitted; fewer where codebook 0 was EOS).
+void run_frames(mk::FrameParams p, torch::Tensor talker_k, torch::Tensor talker_v, torch::Tensor predictor_k,
+                torch::Tensor predictor_v, int64_t talker_pos, bool advance_first, int64_t frame0, int64_t min_frames,
+                int64_t eos_id, int64_t seed, double repetition_penalty, double temperature, int64_t top_k,
+                double predictor_temperature, int64_t predictor_top_k, torch::Tensor suppress, torch::Tensor seen,
+                torch::Tensor text_inputs, torch::Tensor hidden, torch::Tensor codes, torch::Tensor frames_done,
+                int64_t blocks) {
+  const int64_t frames = codes.size(0);
+  TORCH_CHECK(frames >= 1 && codes.dim() == 2 && codes.size(1) == p.groups, "codes must be (frames >= 1, groups)");
+  TORCH_CHECK(talker_pos >= 0, "talker_pos must be >= 0");
+  const int64_t steps = frames - 1 + (advance_first ? 1 : 0);
+  p.talker = with_cache(p.talker, talker_k, talker_v, talker_pos + steps - 1, "talker cache");
+  p.predictor = with_cache(p.predictor, predictor_k, predictor_v, p.groups - 1, "predictor cache");
+  expect(suppress, "suppress", torch::kUInt8, p.talker_vocab);
+  expect(seen, "seen", torch::kUInt8, p.talker_vocab);
+  expect(text_inputs, "text_inputs", torch::kFloat32, frames * p.talker.hidden);
+  expect(hidden, "hidden", torch::kFloat32, p.talker.hidden);
+  expect(codes, "codes", torch::kInt64, -1);
+  expect(frames_done, "frames_done", torch::kInt32, 1);
+  TORCH_CHECK(eos_id >= 0 && eos_id < p.talker_vocab, "eos_id outside the codec vocabulary");
+  TORCH_CHECK(temperature >= 0 && predictor_temperature >= 0 && top_k >= 1 && predictor_top_k >= 1,
+              "temperatures must be >= 0 and top_k >= 1");
+  p.talker_pos = static_cast<int>(talker_pos);
+  p.advance_first = advance_first;
+  p.frames = static_cast<int>(frames);
+  p.frame0 = static_cast<int>(frame0);
+  p.min_frames = static_cast<int>(min_frames);
+  p.eos_id = static_cast<int>(eos_id);
+  p.seed = static_cast<uint32_t>(seed & 0xFFFFFFFF);
+  p.repetition_penalty = static_cast<float>(repetition_penalty);
+  p.talker_pick = {static_cast<float>(temperature), static_cast<int>(top_k)};
+  p.predictor_pick = {static_cast<float>(predictor_temperature), static_cast<int>(predictor_top_k)};
+  p.suppress = ptr<const uint8_t>(suppress);
+  p.seen = ptr<uint8_t>(seen);
+  p.text_inputs = ptr<const float>(text_inputs);
+  p.hidden = ptr<float>(hidden);
+  p.codes = ptr<int64_t>(codes);
+  p.frames_done = ptr<int>(frames_done);
+  const c10::cuda::CUDAGuard guard(hidden.device());
+  MK_CHECK_CUDA(mk::launch_frames(p, static_cast<int>(blocks), at::cuda::getCurrentCUDAStream()));
+}
+
+// How many blocks a launch uses (all co-resident), or an error naming the limit.
+int64_t plan(cudaError_t (*coresident)(size_t, int*), size_t smem, const char* what) {
   int blocks = 0;
-  const size_t smem = mk::shared_bytes(p);
-  MK_CHECK_CUDA(mk::coresident_blocks(smem, &blocks));
-  TORCH_CHECK(blocks > 0, "the decoder-step kernel does not fit on an SM with ", smem, " bytes of shared memory");
+  MK_CHECK_CUDA(coresident(smem, &blocks));
+  TORCH_CHECK(blocks > 0, "the ", what, " kernel does not fit on an SM with ", smem, " bytes of shared memory");
   return blocks;
 }
 
+int64_t plan_step_blocks(mk::StackParams p, int64_t capacity) {
+  p.capacity = static_cast<int>(capacity);
+  return plan(mk::step_coresident_blocks, mk::step_shared_bytes(p), "decoder-step");
+}
+
+int64_t plan_frame_blocks(mk::FrameParams p, int64_t capacity) {
+  p.talker.capacity = static_cast<int>(capacity);
+  p.predictor.capacity = p.groups;
+  return plan(mk::frame_coresident_blocks, mk::frame_shared_bytes(p), "frame");
+}
+
+}  // namespace
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  pybind11::class_<mk::StackParams>(m, "Stack");
+  pybind11::class_<mk::FrameParams>(m, "Frames");
+  m.def("stack", &make_stack, "a decoder stack's weights and scratch");
+  m.def("frames", &make_frames, "the frame loop's weights and scratch");
   m.def("decoder_step", &decoder_step, "one decode step of a Qwen3 decoder stack in one persistent launch");
-  m.def("plan_blocks", &plan_blocks, "co-resident blocks for a stack's launch");
+  m.def("run_frames", &run_frames, "whole decode frames (talker, codec head, sampling, code predictor) in one launch");
+  m.def("plan_step_blocks", &plan_step_blocks, "co-resident blocks for a decoder-step launch");
+  m.def("plan_frame_blocks", &plan_frame_blocks, "co-resident blocks for a frame launch");
 }

@@ -1,4 +1,4 @@
-// Shared device helpers: 16-byte bf16 loads, warp/block reductions, the warp-per-row matvec.
+// Shared device helpers: 16-byte bf16 loads, warp/block reductions, the grid-wide matvec.
 // reference: engine/tts/model.py (the ops these build are checked against it, see tests/tts/test_megakernel.py)
 #pragma once
 
@@ -43,9 +43,8 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return block_reduce<warp_max>(v, scratch, -INFINITY);
 }
 
-// One 16-byte load of 8 bf16 weights, dotted with 8 fp32 activations from shared memory.
-__device__ __forceinline__ float dot8(const __nv_bfloat16* w, const float* x) {
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w));
+// 8 bf16 weights (one 16-byte load) dotted with 8 fp32 activations from shared memory.
+__device__ __forceinline__ float dot8(const uint4& raw, const float* x) {
   const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&raw);
   float acc = 0.f;
 #pragma unroll
@@ -57,13 +56,59 @@ __device__ __forceinline__ float dot8(const __nv_bfloat16* w, const float* x) {
   return acc;
 }
 
-// dot(W[row, :K], x) by one warp; K % 256 == 0 (checked on the host), x in shared memory.
-__device__ __forceinline__ float warp_row_dot(const __nv_bfloat16* W, int row, int K, const float* x) {
+// Weights are read once per step: a read-only, L1-bypassing 16-byte load.
+__device__ __forceinline__ uint4 load_weights(const __nv_bfloat16* w) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(w));
+  return r;
+}
+
+constexpr int kLoadsInFlight = 4;  // 16-byte loads per row per lane issued before the first is used
+
+// dot(w0[:K], x) and dot(w1[:K], x) by one warp (w1 may be null); K % 8 == 0, x in shared memory.
+// Both rows' loads are issued before any is used, so a lane keeps 2 * kLoadsInFlight loads in flight:
+// a step is bound by how many bytes are on their way from HBM, not by the arithmetic.
+__device__ __forceinline__ float2 warp_dot2(const __nv_bfloat16* w0, const __nv_bfloat16* w1, int K, const float* x) {
   const int lane = threadIdx.x & 31;
-  const __nv_bfloat16* w = W + static_cast<int64_t>(row) * K;
-  float acc = 0.f;
-  for (int k = lane * kVec; k < K; k += 32 * kVec) acc += dot8(w + k, x + k);
-  return warp_sum(acc);
+  float acc0 = 0.f, acc1 = 0.f;
+  for (int base = lane * kVec; base < K; base += 32 * kVec * kLoadsInFlight) {
+    uint4 a[kLoadsInFlight], b[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int k = base + u * 32 * kVec;
+      if (k < K) {
+        a[u] = load_weights(w0 + k);
+        if (w1) b[u] = load_weights(w1 + k);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int k = base + u * 32 * kVec;
+      if (k < K) {
+        acc0 += dot8(a[u], x + k);
+        if (w1) acc1 += dot8(b[u], x + k);
+      }
+    }
+  }
+  return make_float2(warp_sum(acc0), warp_sum(acc1));
+}
+
+// out(r, dot(row(r), x)) for r in [0, rows), two rows per warp at a time over all the grid's warps;
+// row(r) gives the weight row's address, out is called by lane 0.
+template <typename Row, typename Out>
+__device__ __forceinline__ void grid_matvec(int rows, int K, const float* x, Row row, Out out) {
+  const int warps_total = gridDim.x * kWarps;
+  const int gwarp = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  for (int r = 2 * gwarp; r < rows; r += 2 * warps_total) {
+    const bool two = r + 1 < rows;
+    const float2 d = warp_dot2(row(r), two ? row(r + 1) : nullptr, K, x);
+    if ((threadIdx.x & 31) == 0) {
+      out(r, d.x);
+      if (two) out(r + 1, d.y);
+    }
+  }
 }
 
 // Copy n fp32 values from global into shared memory (whole block).

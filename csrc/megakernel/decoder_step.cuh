@@ -1,10 +1,12 @@
 // One decode step of a Qwen3 decoder stack (talker: 28 layers; code predictor: 5) for one token.
 // Reads: the input vector x_in (hidden) fp32, bf16 weights as the PyTorch engine holds them, the bf16
-// KV cache in the engine's layout (layers, kv_heads, capacity, head_dim). Writes: K/V at `pos`, the
-// final-normed hidden state `out` (hidden) fp32. Stages per layer, each ended by a grid barrier:
+// KV cache in the engine's layout (layers, kv_heads, capacity, head_dim). Writes: K/V at `pos` and the
+// residual stream p.x; final_norm_shared() then gives the final-normed hidden state to every block.
+// Stages per layer, each ended by a grid barrier:
 //   A  RMSNorm (recomputed per block) + q/k/v rows          B  q/k RMSNorm + RoPE + KV write + attention
 //   C  o_proj rows + residual                               D  RMSNorm + gate/up rows, SiLU(g) * u
 //   E  down rows + residual
+// Layer 0 reads its input and residual straight from x_in, so a step needs no barrier before it.
 // reference: engine/tts/model.py DecoderStack.forward (T = 1)
 #pragma once
 
@@ -12,6 +14,24 @@
 #include "params.h"
 
 namespace mk {
+
+__device__ __forceinline__ const __nv_bfloat16* row_of(const __nv_bfloat16* W, int row, int K) {
+  return W + static_cast<int64_t>(row) * K;
+}
+
+// 4 bf16 (one 8-byte load) as fp32; 4-wide dot products.
+__device__ __forceinline__ float4 load4(const __nv_bfloat16* p) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float dot4(const float4 a, const float* b) {
+  return a.x * b[0] + a.y * b[1] + a.z * b[2] + a.w * b[3];
+}
+__device__ __forceinline__ float dot4(const float* a, const float* b) {
+  return a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3];
+}
 
 // RoPE on a head vector in shared memory, pairs (i, i + D/2) as rotate_half; angles in fp32 like torch.
 __device__ __forceinline__ void rope_shared(float* x, int D, int pos, float theta) {
@@ -29,10 +49,10 @@ __device__ __forceinline__ void rope_shared(float* x, int D, int pos, float thet
 
 // Stage B for query head h: the block normalizes and rotates q and its kv head's new k, writes the new
 // K/V (one block per kv head), then attends over positions 0..pos.
-__device__ void attention_head(const StackParams& p, const LayerWeights& w, int layer, int h, float* smem,
+__device__ void attention_head(const StackParams& p, const LayerWeights& w, int layer, int pos, int h, float* smem,
                                float* scratch) {
   const int D = p.head_dim, NH = p.num_heads, NKV = p.num_kv_heads, group = NH / NKV, g = h / group;
-  const int L = p.pos + 1;
+  const int L = pos + 1;
   float* q = smem;
   float* k = smem + D;
   float* v = smem + 2 * D;
@@ -45,8 +65,8 @@ __device__ void attention_head(const StackParams& p, const LayerWeights& w, int 
   __syncthreads();
   rmsnorm_shared(q, w.q_norm, D, p.eps, scratch);
   rmsnorm_shared(k, w.k_norm, D, p.eps, scratch);
-  rope_shared(q, D, p.pos, p.rope_theta);
-  rope_shared(k, D, p.pos, p.rope_theta);
+  rope_shared(q, D, pos, p.rope_theta);
+  rope_shared(k, D, pos, p.rope_theta);
   const int64_t head_base = (static_cast<int64_t>(layer) * NKV + g) * p.capacity;
   // the new position is used as the cache stores it (bf16), so every step sees the same keys
   for (int i = threadIdx.x; i < D; i += blockDim.x) {
@@ -54,23 +74,36 @@ __device__ void attention_head(const StackParams& p, const LayerWeights& w, int 
     k[i] = __bfloat162float(kb);
     v[i] = __bfloat162float(vb);
     if (h % group == 0) {
-      p.cache_k[(head_base + p.pos) * D + i] = kb;
-      p.cache_v[(head_base + p.pos) * D + i] = vb;
+      p.cache_k[(head_base + pos) * D + i] = kb;
+      p.cache_v[(head_base + pos) * D + i] = vb;
     }
   }
   __syncthreads();
+  // scores: a warp per position, its lanes across head_dim (4 dims, one 8-byte load each), several
+  // positions in flight per warp; the new position from shared memory (another block may be writing it)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const float scale = rsqrtf(static_cast<float>(D));
+  const __nv_bfloat16* keys = p.cache_k + head_base * D;
+  const __nv_bfloat16* values = p.cache_v + head_base * D;
+  constexpr int kPositions = 4;
   float local_max = -INFINITY;
-  for (int t = threadIdx.x; t < L; t += blockDim.x) {
-    float s = 0.f;
-    if (t == p.pos) {
-      for (int d = 0; d < D; ++d) s = fmaf(q[d], k[d], s);
-    } else {
-      const __nv_bfloat16* kt = p.cache_k + (head_base + t) * D;
-      for (int d = 0; d < D; d += kVec) s += dot8(kt + d, q + d);
+  for (int t0 = warp * kPositions; t0 < L; t0 += kWarps * kPositions) {
+    float s[kPositions];
+#pragma unroll
+    for (int u = 0; u < kPositions; ++u) {
+      const int t = t0 + u;
+      s[u] = 0.f;
+      if (t < L)
+        for (int d = 4 * lane; d < D; d += 128) s[u] += t == pos ? dot4(k + d, q + d) : dot4(load4(keys + t * D + d), q + d);
     }
-    scores[t] = s * scale;
-    local_max = fmaxf(local_max, s * scale);
+#pragma unroll
+    for (int u = 0; u < kPositions; ++u) {
+      const float score = warp_sum(s[u]) * scale;
+      if (t0 + u < L) {
+        if (lane == 0) scores[t0 + u] = score;
+        local_max = fmaxf(local_max, score);
+      }
+    }
   }
   const float m = block_max(local_max, scratch);
   float local_sum = 0.f;
@@ -80,67 +113,79 @@ __device__ void attention_head(const StackParams& p, const LayerWeights& w, int 
     local_sum += e;
   }
   const float inv_sum = 1.0f / block_sum(local_sum, scratch);
+  // weighted values: warps split the positions, lanes the dims; partial sums meet in shared memory
+  float* partial = scores + ((L + 3) & ~3);  // (kWarps, D), 16-byte aligned
+  for (int d = 4 * lane; d < D; d += 128) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+    for (int t = warp; t < L; t += kWarps) {
+      const float e = scores[t];
+      const float4 x = t == pos ? make_float4(v[d], v[d + 1], v[d + 2], v[d + 3]) : load4(values + t * D + d);
+      acc.x = fmaf(e, x.x, acc.x);
+      acc.y = fmaf(e, x.y, acc.y);
+      acc.z = fmaf(e, x.z, acc.z);
+      acc.w = fmaf(e, x.w, acc.w);
+    }
+    *reinterpret_cast<float4*>(partial + warp * D + d) = acc;
+  }
+  __syncthreads();
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0.f;
-    for (int t = 0; t < p.pos; ++t) acc = fmaf(scores[t], __bfloat162float(p.cache_v[(head_base + t) * D + d]), acc);
-    acc = fmaf(scores[p.pos], v[d], acc);
+    for (int w2 = 0; w2 < kWarps; ++w2) acc += partial[w2 * D + d];
     p.attn[h * D + d] = acc * inv_sum;
   }
+  __syncthreads();
 }
 
-__device__ void decoder_step_body(const StackParams& p, float* smem, float* scratch) {
+// The step: afterwards (a grid barrier passed) p.x holds the residual stream of the new position.
+__device__ void stack_step(const StackParams& p, int pos, const float* x_in, float* smem, float* scratch) {
   cg::grid_group grid = cg::this_grid();
   const int H = p.hidden, D = p.head_dim, NH = p.num_heads, NKV = p.num_kv_heads, I = p.intermediate;
-  const int lane = threadIdx.x & 31;
-  const int warps_total = gridDim.x * kWarps;
-  const int gwarp = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int qkv_rows = (NH + 2 * NKV) * D;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < H; i += gridDim.x * blockDim.x) p.x[i] = p.x_in[i];
-  grid.sync();
+  const int q_rows = NH * D, kv_rows = NKV * D;
   for (int l = 0; l < p.num_layers; ++l) {
     const LayerWeights w = p.layers[l];
+    const float* residual = l == 0 ? x_in : p.x;
     // A
-    load_shared(smem, p.x, H);
+    load_shared(smem, residual, H);
     rmsnorm_shared(smem, w.input_norm, H, p.eps, scratch);
-    for (int r = gwarp; r < qkv_rows; r += warps_total) {
-      const __nv_bfloat16* W = r < NH * D ? w.q : (r < (NH + NKV) * D ? w.k : w.v);
-      const int row = r < NH * D ? r : (r < (NH + NKV) * D ? r - NH * D : r - (NH + NKV) * D);
-      const float d = warp_row_dot(W, row, H, smem);
-      if (lane == 0) p.qkv[r] = d;
-    }
+    grid_matvec(
+        q_rows + 2 * kv_rows, H, smem,
+        [&](int r) {
+          return r < q_rows ? row_of(w.q, r, H)
+                            : (r < q_rows + kv_rows ? row_of(w.k, r - q_rows, H) : row_of(w.v, r - q_rows - kv_rows, H));
+        },
+        [&](int r, float d) { p.qkv[r] = d; });
     grid.sync();
     // B
-    for (int h = blockIdx.x; h < NH; h += gridDim.x) attention_head(p, w, l, h, smem, scratch);
+    for (int h = blockIdx.x; h < NH; h += gridDim.x) attention_head(p, w, l, pos, h, smem, scratch);
     grid.sync();
     // C
     load_shared(smem, p.attn, NH * D);
-    for (int r = gwarp; r < H; r += warps_total) {
-      const float d = warp_row_dot(w.o, r, NH * D, smem);
-      if (lane == 0) p.x[r] += d;
-    }
+    grid_matvec(H, NH * D, smem, [&](int r) { return row_of(w.o, r, NH * D); },
+                [&](int r, float d) { p.x[r] = residual[r] + d; });
     grid.sync();
-    // D
+    // D: gate and up rows of one index go to the same warp, so SiLU(g) * u needs no exchange
     load_shared(smem, p.x, H);
     rmsnorm_shared(smem, w.post_norm, H, p.eps, scratch);
-    for (int r = gwarp; r < I; r += warps_total) {
-      const float gate = warp_row_dot(w.gate, r, H, smem);
-      const float up = warp_row_dot(w.up, r, H, smem);
-      if (lane == 0) p.mlp[r] = gate / (1.0f + __expf(-gate)) * up;
-    }
+    grid_matvec(
+        2 * I, H, smem, [&](int r) { return row_of(r % 2 ? w.up : w.gate, r / 2, H); },
+        [&](int r, float d) {
+          // lane 0 sees gate (even r) then up (odd r) of row r / 2
+          if (r % 2 == 0) p.mlp[r / 2] = d / (1.0f + __expf(-d));
+          else p.mlp[r / 2] *= d;
+        });
     grid.sync();
     // E
     load_shared(smem, p.mlp, I);
-    for (int r = gwarp; r < H; r += warps_total) {
-      const float d = warp_row_dot(w.down, r, I, smem);
-      if (lane == 0) p.x[r] += d;
-    }
+    grid_matvec(H, I, smem, [&](int r) { return row_of(w.down, r, I); }, [&](int r, float d) { p.x[r] += d; });
     grid.sync();
   }
-  if (blockIdx.x == 0) {
-    load_shared(smem, p.x, H);
-    rmsnorm_shared(smem, p.final_norm, H, p.eps, scratch);
-    for (int i = threadIdx.x; i < H; i += blockDim.x) p.out[i] = smem[i];
-  }
+}
+
+// Every block: smem <- final_norm(p.x), the stack's output for the step just taken.
+__device__ __forceinline__ void final_norm_shared(const StackParams& p, float* smem, float* scratch) {
+  load_shared(smem, p.x, p.hidden);
+  rmsnorm_shared(smem, p.final_norm, p.hidden, p.eps, scratch);
 }
 
 }  // namespace mk

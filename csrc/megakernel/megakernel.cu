@@ -1,43 +1,76 @@
-// The persistent kernel and its host-side launch; no torch headers (CI compiles this file with nvcc).
-// Stages are in decoder_step.cuh; binding.cpp is the torch glue.
+// The persistent kernels and their host-side launches; no torch headers (CI compiles this file with nvcc).
+// Stages are in decoder_step.cuh and frame.cuh; binding.cpp is the torch glue.
 #include <cuda_runtime.h>
 
-#include "decoder_step.cuh"
+#include "frame.cuh"
 
 namespace mk {
 
-__global__ void __launch_bounds__(kThreads) decoder_step_kernel(StackParams p) {
+// One token through one stack; block 0 writes the final-normed state to `out`.
+__global__ void __launch_bounds__(kThreads, 1) decoder_step_kernel(StackParams p, int pos, const float* x_in, float* out) {
   extern __shared__ float smem[];
   __shared__ float scratch[kWarps];
-  decoder_step_body(p, smem, scratch);
+  stack_step(p, pos, x_in, smem, scratch);
+  if (blockIdx.x == 0) {
+    final_norm_shared(p, smem, scratch);
+    for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) out[i] = smem[i];
+  }
 }
 
-// Shared memory for a stack: the largest activation vector, or q|k|v + scores over the cache.
-size_t shared_bytes(const StackParams& p) {
-  size_t floats = p.hidden;
-  floats = floats > static_cast<size_t>(p.intermediate) ? floats : p.intermediate;
-  floats = floats > static_cast<size_t>(p.num_heads * p.head_dim) ? floats : p.num_heads * p.head_dim;
-  const size_t attention = 3 * p.head_dim + p.capacity;
-  return 4 * (floats > attention ? floats : attention);
+__global__ void __launch_bounds__(kThreads, 1) frames_kernel(FrameParams p) {
+  extern __shared__ float smem[];
+  __shared__ float scratch[kWarps];
+  __shared__ PickScratch pick_scratch;
+  frames_body(p, smem, scratch, pick_scratch);
 }
 
-// Blocks that can all be resident at once (a cooperative launch needs every block resident).
-cudaError_t coresident_blocks(size_t smem, int* blocks) {
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+// The largest activation vector, or attention's q|k|v + scores over the cache + per-warp partial sums.
+size_t step_shared_bytes(const StackParams& p) {
+  size_t floats = max_size(max_size(p.hidden, p.intermediate), static_cast<size_t>(p.num_heads) * p.head_dim);
+  return 4 * max_size(floats, (3 + kWarps) * static_cast<size_t>(p.head_dim) + p.capacity + 3);
+}
+
+// Either stack's step, the talker-wide source of a predictor input, or a head's logits.
+size_t frame_shared_bytes(const FrameParams& p) {
+  size_t bytes = max_size(step_shared_bytes(p.talker), step_shared_bytes(p.predictor));
+  bytes = max_size(bytes, 4 * static_cast<size_t>(p.talker.hidden));
+  return max_size(bytes, 4 * static_cast<size_t>(max_size(p.talker_vocab, p.predictor_vocab)));
+}
+
+// One block per SM, and only where every block fits co-resident (a cooperative launch needs all of them
+// resident): every SM streams weights, none waits on another.
+static cudaError_t coresident_blocks(const void* kernel, size_t smem, int* blocks) {
   int device = 0, sms = 0, per_sm = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(decoder_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(smem));
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decoder_step_kernel, kThreads, smem);
-  *blocks = sms * (per_sm < 1 ? 0 : 1);  // one block per SM: every SM streams weights, none waits on another
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
+  *blocks = per_sm < 1 ? 0 : sms;
   return e;
 }
 
-cudaError_t launch_decoder_step(const StackParams& p, int blocks, cudaStream_t stream) {
-  const size_t smem = shared_bytes(p);
-  void* args[] = {const_cast<StackParams*>(&p)};
-  return cudaLaunchCooperativeKernel(reinterpret_cast<void*>(decoder_step_kernel), dim3(blocks), dim3(kThreads),
-                                     args, smem, stream);
+cudaError_t step_coresident_blocks(size_t smem, int* blocks) {
+  return coresident_blocks(reinterpret_cast<const void*>(decoder_step_kernel), smem, blocks);
+}
+
+cudaError_t frame_coresident_blocks(size_t smem, int* blocks) {
+  return coresident_blocks(reinterpret_cast<const void*>(frames_kernel), smem, blocks);
+}
+
+cudaError_t launch_decoder_step(const StackParams& p, int pos, const float* x_in, float* out, int blocks,
+                                cudaStream_t stream) {
+  void* args[] = {const_cast<StackParams*>(&p), &pos, const_cast<float**>(&x_in), &out};
+  return cudaLaunchCooperativeKernel(reinterpret_cast<void*>(decoder_step_kernel), dim3(blocks), dim3(kThreads), args,
+                                     step_shared_bytes(p), stream);
+}
+
+cudaError_t launch_frames(const FrameParams& p, int blocks, cudaStream_t stream) {
+  void* args[] = {const_cast<FrameParams*>(&p)};
+  return cudaLaunchCooperativeKernel(reinterpret_cast<void*>(frames_kernel), dim3(blocks), dim3(kThreads), args,
+                                     frame_shared_bytes(p), stream);
 }
 
 }  // namespace mk

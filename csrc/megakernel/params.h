@@ -1,10 +1,11 @@
-// The kernel's arguments as plain structs, shared by the CUDA side and the torch binding (no device code here).
+// The kernels' arguments as plain structs, shared by the CUDA side and the torch binding (no device code here).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace mk {
 
@@ -13,21 +14,61 @@ struct LayerWeights {  // pointers into the engine's own parameters; no copies
   const __nv_bfloat16 *input_norm, *post_norm, *q_norm, *k_norm;
 };
 
+// One Qwen3 decoder stack: its weights, shapes, KV cache (layers, kv_heads, capacity, head_dim) and
+// fp32 scratch: residual x (hidden), q|k|v, attention output, SiLU(g) * u.
 struct StackParams {
   const LayerWeights* layers;
   int num_layers, hidden, intermediate, num_heads, num_kv_heads, head_dim;
   float eps, rope_theta;
-  __nv_bfloat16 *cache_k, *cache_v;
-  int capacity, pos;
-  const float* x_in;
   const __nv_bfloat16* final_norm;
-  float *x, *qkv, *attn, *mlp;  // scratch: residual (hidden), q|k|v, attention output, SiLU(g) * u
-  float* out;
+  __nv_bfloat16 *cache_k, *cache_v;
+  int capacity;
+  float *x, *qkv, *attn, *mlp;
 };
 
-// Shared memory one launch needs, blocks that fit co-resident, and the launch (megakernel.cu).
-size_t shared_bytes(const StackParams& p);
-cudaError_t coresident_blocks(size_t smem, int* blocks);
-cudaError_t launch_decoder_step(const StackParams& p, int blocks, cudaStream_t stream);
+// How one codebook is picked from its logits (engine/tts/sampling.py); temperature 0 = greedy.
+struct PickParams {
+  float temperature;
+  int top_k;
+};
+
+// A run of whole decode frames (engine/tts/model.py Qwen3TTS.sample_frame, then advance). Per frame:
+// [a talker step on talker_in, unless it is the launch's first frame and !advance_first] -> codec head
+// on the talker's hidden state -> codebook 0 (repetition penalty over `seen`, `suppress`, EOS masked
+// before min_frames) -> the code predictor's prefill and 14 steps with its heads -> codebooks 1..15 ->
+// talker_in = the 16 codebook embeddings + that frame's text-track input (the next frame's step).
+struct FrameParams {
+  StackParams talker, predictor;
+  const __nv_bfloat16* codec_head;          // (talker vocab, talker hidden)
+  const int64_t* predictor_heads;           // 15 pointers to (predictor vocab, predictor hidden)
+  const int64_t* embeddings;                // 16 pointers: codebook 0 (talker vocab rows), 1..15 (predictor vocab rows), talker-wide
+  const __nv_bfloat16 *proj_w, *proj_b;     // small_to_mtp_projection (predictor hidden, talker hidden), or null
+  int talker_vocab, predictor_vocab, groups; // groups = 16 codebooks
+  int talker_pos;                           // cache position of the launch's first talker step
+  bool advance_first;                       // talker_in holds an input the talker has not stepped on
+  int frames;                               // frames to run at most
+  int frame0;                               // index of the first frame in the utterance (RNG counter, min_frames)
+  int min_frames, eos_id;
+  uint32_t seed;
+  float repetition_penalty;
+  PickParams talker_pick, predictor_pick;
+  const uint8_t* suppress;                  // (talker vocab) 1 = never emitted
+  uint8_t* seen;                            // (talker vocab) codebook-0 codes emitted so far (read and written)
+  const float* text_inputs;                 // (frames, talker hidden)
+  float* hidden;                            // (talker hidden) final-normed talker state: read unless advance_first, written per step
+  float* logits;                            // scratch (max vocab)
+  float *talker_in, *predictor_in, *predictor_src;  // scratch: talker hidden, predictor hidden, talker hidden
+  int64_t* codes;                           // out (frames, groups)
+  int* frames_done;                         // out: frames emitted (< frames when codebook 0 was EOS)
+};
+
+// Shared memory a launch needs, blocks that fit co-resident, and the launches (megakernel.cu).
+size_t step_shared_bytes(const StackParams& p);
+size_t frame_shared_bytes(const FrameParams& p);
+cudaError_t step_coresident_blocks(size_t smem, int* blocks);
+cudaError_t frame_coresident_blocks(size_t smem, int* blocks);
+cudaError_t launch_decoder_step(const StackParams& p, int pos, const float* x_in, float* out, int blocks,
+                                cudaStream_t stream);
+cudaError_t launch_frames(const FrameParams& p, int blocks, cudaStream_t stream);
 
 }  // namespace mk

@@ -1,20 +1,26 @@
-"""Python side of csrc/megakernel: builds it once (cached), and runs a decoder stack's single-token step in it.
+"""Python side of csrc/megakernel: builds it once (cached), and runs decode frames in it.
 
-`attach(model)` gives the talker's and the code predictor's DecoderStack a kernel step, so every
-one-token forward of model.py runs its whole layer stack in one persistent launch (prefill stays on
-batched PyTorch matmuls and writes the same KV layout). Where CUDA, the compiler or a supported GPU is
-missing, `MegakernelUnavailable` says why and the caller keeps the PyTorch path.
+`attach(model)` gives the model a FrameKernel: whole frames (talker step, codec head, sampling, the
+code predictor's 15 passes, the next input) in one persistent launch each, the host reading back codes.
+It also gives the talker's and the code predictor's DecoderStack a kernel step, so any other one-token
+forward of model.py runs its layer stack in one launch. Prefill stays on batched PyTorch matmuls and
+writes the same KV layout. Where CUDA, the compiler or a supported GPU is missing,
+`MegakernelUnavailable` says why and the caller keeps the PyTorch path.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
 from engine.errors import ParleyError
-from engine.tts.model import DecoderStack, KVCache, Qwen3TTS
+from engine.tts.model import DecoderStack, FrameState, KVCache, Qwen3TTS
+from engine.tts.prompt import TalkerInputs
+from engine.tts.sampling import Sampler, SamplingOptions
 
 CSRC = Path(__file__).resolve().parent.parent.parent / "csrc" / "megakernel"
 MAX_POSITIONS = 16384  # shared memory is planned for attention over this many cached positions
@@ -45,11 +51,13 @@ def build():
     from torch.utils.cpp_extension import load
 
     arch = "-gencode=arch=compute_90a,code=sm_90a" if (major, minor) == (9, 0) else f"-arch=sm_{major}{minor}"
-    directory = _cache_dir()
+    # every source and header in the name: a changed kernel builds anew instead of loading a stale one
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(CSRC.glob("*.[ch]*")))).hexdigest()[:12]
+    directory = _cache_dir() / digest
     directory.mkdir(parents=True, exist_ok=True)
     try:
         _module = load(
-            name="parley_megakernel",
+            name=f"parley_megakernel_{digest}",
             sources=[str(CSRC / "binding.cpp"), str(CSRC / "megakernel.cu")],
             extra_cuda_cflags=["-O3", "-std=c++17", arch],
             extra_include_paths=[str(CSRC)],
@@ -58,6 +66,10 @@ def build():
     except (RuntimeError, OSError) as e:  # no nvcc, or the build failed
         raise MegakernelUnavailable(f"the megakernel could not be built ({e})") from None
     return _module
+
+
+def _scratch(n: int, device) -> torch.Tensor:
+    return torch.empty(n, dtype=torch.float32, device=device)
 
 
 class KernelStep:
@@ -75,34 +87,105 @@ class KernelStep:
             raise MegakernelUnavailable(f"the megakernel runs bf16 weights on CUDA, got {first.dtype} on {first.device}")
         self.module = build()
         self.cfg = cfg
-        self.dims = [cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim]
+        device = first.device
         params = [dict(layer.named_parameters()) for layer in stack.layers]
         pointers = [[layer[name].data_ptr() for name in self.WEIGHTS] for layer in params]
-        self.layers = torch.tensor(pointers, dtype=torch.int64, device=first.device)
-        self.final_norm = stack.norm.weight
-        device = first.device
-        empty = lambda n: torch.empty(n, dtype=torch.float32, device=device)  # noqa: E731
-        self.x, self.qkv = empty(cfg.hidden_size), empty((cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim)
-        self.attn, self.mlp = empty(cfg.num_heads * cfg.head_dim), empty(cfg.intermediate_size)
-        self.blocks = self.module.plan_blocks(self.dims, MAX_POSITIONS)
+        self.layers = torch.tensor(pointers, dtype=torch.int64, device=device)  # kept alive: the kernel reads it
+        self.scratch = [_scratch(n, device) for n in (cfg.hidden_size, (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim,
+                                                      cfg.num_heads * cfg.head_dim, cfg.intermediate_size)]
+        dims = [cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim]
+        self.stack = self.module.stack(self.layers, dims, cfg.rms_norm_eps, cfg.rope_theta, stack.norm.weight,
+                                       *self.scratch)
+        self.blocks = self.module.plan_step_blocks(self.stack, MAX_POSITIONS)
 
     def __call__(self, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """x (1, hidden) -> final-normed hidden (1, hidden) in x's dtype; writes K/V at cache.length."""
         if cache.capacity > MAX_POSITIONS:
             raise RuntimeError(f"KV cache of {cache.capacity} positions exceeds the kernel's {MAX_POSITIONS}")
-        out = torch.empty(self.cfg.hidden_size, dtype=torch.float32, device=x.device)
-        self.module.decoder_step(self.layers, self.dims, self.cfg.rms_norm_eps, self.cfg.rope_theta, cache.k, cache.v,
-                                 cache.length, x.reshape(-1).float().contiguous(), self.final_norm, self.x, self.qkv,
-                                 self.attn, self.mlp, out, self.blocks)
+        out = _scratch(self.cfg.hidden_size, x.device)
+        self.module.decoder_step(self.stack, cache.k, cache.v, cache.length, x.reshape(-1).float().contiguous(), out,
+                                 self.blocks)
         cache.length += 1
         return out.to(x.dtype)[None]
 
 
+class FrameKernel:
+    """Whole decode frames in one launch each: talker step, codec head, sampling, the code predictor's
+    15 passes and the next input's embedding sum, all on the device (csrc/megakernel/frame.cuh).
+
+    Sampling equals engine/tts/sampling.py's Sampler (the same counter-based Gumbel noise) for top_p = 1,
+    the official default; other top_p values keep the PyTorch loop (`supports`).
+    """
+
+    def __init__(self, model: Qwen3TTS, talker: KernelStep, predictor: KernelStep):
+        t = model.talker
+        cp = t.code_predictor
+        device = t.codec_head.weight.device
+        self.module, self.cfg = talker.module, t.cfg
+        self._steps = (talker, predictor)  # their stacks' layer tables and scratch stay alive with this object
+        self._tables = [t.model.codec_embedding.weight, *(e.weight for e in cp.model.codec_embedding)]
+        pointer_table = lambda ts: torch.tensor([x.data_ptr() for x in ts], dtype=torch.int64, device=device)  # noqa: E731
+        self._heads = pointer_table([h.weight for h in cp.lm_head])
+        self._embeddings = pointer_table(self._tables)
+        proj = cp.small_to_mtp_projection
+        projected = isinstance(proj, torch.nn.Linear)
+        H, Hp = self.cfg.decoder.hidden_size, self.cfg.predictor.hidden_size
+        self.talker_in = _scratch(H, device)
+        self.hidden = _scratch(H, device)
+        self._scratch = [_scratch(max(self.cfg.decoder.vocab_size, self.cfg.predictor.vocab_size), device),
+                         self.talker_in, _scratch(Hp, device), _scratch(H, device)]
+        self.params = self.module.frames(talker.stack, predictor.stack, t.codec_head.weight, self._heads,
+                                         self.cfg.predictor.vocab_size, self._embeddings,
+                                         proj.weight if projected else None, proj.bias if projected else None,
+                                         *self._scratch)
+        self.predictor_cache = KVCache(self.cfg.predictor, len(self._tables), device, torch.bfloat16)
+        self.frames_done = torch.empty(1, dtype=torch.int32, device=device)
+        self.blocks = self.module.plan_frame_blocks(self.params, MAX_POSITIONS)
+
+    @staticmethod
+    def supports(options: SamplingOptions) -> bool:
+        return options.top_p == 1.0 and options.predictor_top_p == 1.0
+
+    def run(self, state: FrameState, sampler: Sampler, inputs: TalkerInputs, cap: int, cancelled,
+            per_launch: int = 1) -> Iterator[torch.Tensor]:
+        """Codes (16,) of each frame from `state` (just after begin()) until EOS, `cap` frames, or cancel.
+
+        The first launch runs one frame (the lowest latency to first audio), later ones `per_launch`.
+        """
+        if state.cache.capacity > MAX_POSITIONS:
+            raise RuntimeError(f"KV cache of {state.cache.capacity} positions exceeds the kernel's {MAX_POSITIONS}")
+        o, cache = sampler.options, state.cache
+        self.hidden.copy_(state.hidden.float())
+        advance = False
+        while state.frame < cap and not cancelled.is_set():
+            n = 1 if state.frame == 0 else min(per_launch, cap - state.frame)
+            codes = torch.empty((n, len(self._tables)), dtype=torch.int64, device=self.hidden.device)
+            self.module.run_frames(
+                self.params, cache.k, cache.v, self.predictor_cache.k, self.predictor_cache.v, cache.length, advance,
+                state.frame, sampler.min_frames, sampler.eos_id, sampler.seed, o.repetition_penalty, o.temperature,
+                o.top_k, o.predictor_temperature, o.predictor_top_k, sampler.suppress.view(torch.uint8),
+                sampler.seen.view(torch.uint8), inputs.text_inputs(state.frame, n), self.hidden, codes,
+                self.frames_done, self.blocks)
+            done = int(self.frames_done.item())
+            # talker steps taken: one before each frame but the launch's first (unless advancing),
+            # and the EOS frame's too
+            ran = done + (done < n)
+            cache.length += ran - 1 + advance
+            for i in range(done):
+                state.frame += 1
+                yield codes[i]
+            if done < n:
+                return
+            advance = True
+
+
 def attach(model: Qwen3TTS) -> None:
-    """Run every single-token step of the talker and the code predictor in the kernel.
+    """Run every single-token step of the talker and the code predictor in the kernel, and give the
+    model a FrameKernel (model.frame_kernel) for whole frames.
 
     Raises:
         MegakernelUnavailable: no CUDA GPU of compute capability 8.0+, no compiler, or non-bf16 weights.
     """
-    for stack in (model.talker.model, model.talker.code_predictor.model):
-        stack.kernel_step = KernelStep(stack)
+    talker, predictor = model.talker.model, model.talker.code_predictor.model
+    talker.kernel_step, predictor.kernel_step = KernelStep(talker), KernelStep(predictor)
+    model.frame_kernel = FrameKernel(model, talker.kernel_step, predictor.kernel_step)

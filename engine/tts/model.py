@@ -76,8 +76,8 @@ class Attention(nn.Module):
         cache.v[layer, :, start:end] = v
         # a multi-token call only ever starts an empty cache (prefill), so "causal" needs no offset
         assert T == 1 or start == 0, "multi-token forward must start from an empty cache"
-        out = F.scaled_dot_product_attention(
-            q[None], cache.k[None, layer, :, :end], cache.v[None, layer, :, :end],
+        out = F.scaled_dot_product_attention(  # .to: the cache may store a narrower dtype (kv_dtype)
+            q[None], cache.k[None, layer, :, :end].to(q.dtype), cache.v[None, layer, :, :end].to(q.dtype),
             is_causal=T > 1, enable_gqa=True,
         )[0]
         return self.o_proj(out.transpose(0, 1).reshape(T, -1))
@@ -122,6 +122,12 @@ class DecoderStack(nn.Module):
         self._inv_freq: torch.Tensor | None = None
         # set by engine.tts.megakernel.attach: one-token steps then run in one persistent CUDA launch
         self.kernel_step = None
+        # the dtype K/V are stored in; None = the activations'. bfloat16 under float32 activations is
+        # what the megakernel does (fp32 math, bf16 cache): its reference in tests
+        self.kv_dtype: torch.dtype | None = None
+
+    def new_cache(self, capacity: int, like: torch.Tensor) -> KVCache:
+        return KVCache(self.cfg, capacity, like.device, self.kv_dtype or like.dtype)
 
     def rotary(self, start: int, T: int, like: torch.Tensor):
         """cos, sin (T, head_dim) for positions start..start+T-1, computed in float32 (as the official code)."""
@@ -197,9 +203,8 @@ class CodePredictor(nn.Module):
         Prefill [hidden, embedding of code 0] -> code 1, then one step per code -> codes 2..15; the KV
         cache lives for this frame only.
         """
-        cfg = self.model.cfg
         groups = len(self.lm_head)
-        cache = KVCache(cfg, groups + 1, hidden.device, hidden.dtype)
+        cache = self.model.new_cache(groups + 1, hidden)
         x = self.small_to_mtp_projection(torch.stack((hidden, code0_embedding)))
         h = self.model(x, cache)[-1]
         codes = []
@@ -252,12 +257,14 @@ class Qwen3TTS(nn.Module):
     def __init__(self, cfg: TalkerConfig):
         super().__init__()
         self.talker = Talker(cfg)
+        # set by engine.tts.megakernel.attach: whole frames (sample_frame + advance) in one CUDA launch each
+        self.frame_kernel = None
 
     @torch.inference_mode()
     def begin(self, prompt: torch.Tensor, max_frames: int) -> FrameState:
         """Prefill the talker with the prompt's input vectors (T, hidden); room for max_frames more."""
         talker = self.talker
-        cache = KVCache(talker.cfg.decoder, prompt.shape[0] + max_frames, prompt.device, prompt.dtype)
+        cache = talker.model.new_cache(prompt.shape[0] + max_frames, prompt)
         hidden = talker.model(prompt, cache)[-1]
         return FrameState(cache, hidden, talker.codec_head(hidden))
 

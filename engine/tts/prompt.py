@@ -109,6 +109,13 @@ class TalkerInputs:
     def text_input(self, frame: int) -> torch.Tensor:
         return self.track[frame] if frame < self.track.shape[0] else self.pad
 
+    def text_inputs(self, start: int, n: int) -> torch.Tensor:
+        """text_input(start .. start + n - 1) as one contiguous float32 (n, hidden) tensor."""
+        rows = self.track[start:start + n]
+        if rows.shape[0] < n:
+            rows = torch.cat((rows, self.pad.expand(n - rows.shape[0], -1)))
+        return rows.float().contiguous()
+
 
 class PromptBuilder:
     """Builds the talker's prefill inputs and its text track for one segment of text."""

@@ -90,10 +90,11 @@ def new_seed() -> int:
     return int.from_bytes(os.urandom(4), "little")
 
 
-def _pick(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, noise) -> torch.Tensor:
-    """Argmax (greedy) or a Gumbel-max draw from softmax(logits / T) cut to top-k / top-p, like HF's warpers."""
+def _scores(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, noise) -> torch.Tensor:
+    """The vector whose argmax is the pick: the logits themselves (greedy), or a Gumbel-max draw's
+    scores, softmax(logits / T) cut to top-k / top-p like HF's warpers, plus noise."""
     if temperature == 0:
-        return torch.argmax(logits)
+        return logits
     logits = logits / temperature
     if top_k < logits.numel():
         kth = torch.topk(logits, top_k).values[-1]
@@ -105,7 +106,7 @@ def _pick(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, no
         drop = cumulative <= 1 - top_p
         drop[-1] = False
         logits = logits.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
-    return torch.argmax(logits + noise())
+    return logits + noise()
 
 
 class Sampler:
@@ -118,8 +119,8 @@ class Sampler:
         self.suppress = suppress
         self.seen = torch.zeros(vocab_size, dtype=torch.bool, device=suppress.device)  # codebook-0 history
 
-    def talker(self, logits: torch.Tensor, frame: int) -> torch.Tensor:
-        """Codebook-0 code (0-d int64, on the logits' device) for frame `frame` from the talker's logits (vocab,)."""
+    def talker_scores(self, logits: torch.Tensor, frame: int) -> torch.Tensor:
+        """Codebook 0's scores (vocab,) for frame `frame` from the talker's logits: their argmax is the pick."""
         o = self.options
         logits = logits.float()
         if o.repetition_penalty != 1.0:
@@ -131,14 +132,22 @@ class Sampler:
             mask = mask.clone()
             mask[self.eos_id] = True
         logits = logits.masked_fill(mask, float("-inf"))
-        code = _pick(logits, o.temperature, o.top_k, o.top_p,
-                     lambda: gumbel_noise(self.seed, frame, 0, logits.numel(), logits.device))
+        return _scores(logits, o.temperature, o.top_k, o.top_p,
+                       lambda: gumbel_noise(self.seed, frame, 0, logits.numel(), logits.device))
+
+    def talker(self, logits: torch.Tensor, frame: int) -> torch.Tensor:
+        """Codebook-0 code (0-d int64, on the logits' device) for frame `frame` from the talker's logits (vocab,)."""
+        code = torch.argmax(self.talker_scores(logits, frame))
         self.seen[code] = True
         return code
 
-    def predictor(self, logits: torch.Tensor, frame: int, group: int) -> torch.Tensor:
-        """Code (0-d int64) of codebook `group` (1..15) for frame `frame` from a predictor head's logits."""
+    def predictor_scores(self, logits: torch.Tensor, frame: int, group: int) -> torch.Tensor:
+        """Scores (vocab,) of codebook `group` (1..15) for frame `frame` from a predictor head's logits."""
         o = self.options
         logits = logits.float()
-        return _pick(logits, o.predictor_temperature, o.predictor_top_k, o.predictor_top_p,
-                     lambda: gumbel_noise(self.seed, frame, group, logits.numel(), logits.device))
+        return _scores(logits, o.predictor_temperature, o.predictor_top_k, o.predictor_top_p,
+                       lambda: gumbel_noise(self.seed, frame, group, logits.numel(), logits.device))
+
+    def predictor(self, logits: torch.Tensor, frame: int, group: int) -> torch.Tensor:
+        """Code (0-d int64) of codebook `group` (1..15) for frame `frame` from a predictor head's logits."""
+        return torch.argmax(self.predictor_scores(logits, frame, group))

@@ -151,7 +151,7 @@ class TTSEngine:
             codec = self.codec.stream()
             for index, segment in enumerate(segments):
                 frames = self._frames(segment, voice, seed ^ (index * 0x9E3779B9 & 0xFFFFFFFF), sampling,
-                                      whole_text, cancelled)
+                                      whole_text, cancelled, chunk_frames)
                 pending = []
                 for codes in frames:
                     pending.append(codes)
@@ -171,13 +171,17 @@ class TTSEngine:
         return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
 
     def _frames(self, text: str, voice: Voice, seed: int, sampling: SamplingOptions, whole_text: bool,
-                cancelled: threading.Event) -> Iterator[torch.Tensor]:
+                cancelled: threading.Event, chunk_frames: int) -> Iterator[torch.Tensor]:
         """Codes (16,) of each frame of one segment until EOS, the runaway cap, or cancel."""
         talker = self.config.talker
         inputs = self.prompts.build(self.prompts.text_ids(text), voice, whole_text, self.device)
         cap = min(self.max_frames, MIN_FRAMES_CAP + FRAMES_PER_CHAR * len(text))
         sampler = Sampler(sampling, seed, talker.decoder.vocab_size, talker.codec_eos_id, self._suppress)
         state = self.model.begin(inputs.prefill.to(self.dtype), cap)
+        kernel = self.model.frame_kernel
+        if kernel is not None and kernel.supports(sampling):
+            yield from kernel.run(state, sampler, inputs, cap, cancelled, per_launch=chunk_frames)
+            return
         while state.frame < cap and not cancelled.is_set():
             codes = self.model.sample_frame(state, sampler)
             if codes is None:

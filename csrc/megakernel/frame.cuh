@@ -1,0 +1,242 @@
+// Whole decode frames in one launch: codec head, codebook-0 pick, the code predictor's 15 passes with
+// their heads and picks, the 16-embedding sum and the next talker step; the host reads back codes.
+// reference: engine/tts/model.py Qwen3TTS.sample_frame / advance, engine/tts/sampling.py Sampler
+#pragma once
+
+#include "decoder_step.cuh"
+
+namespace mk {
+
+// --- picking a code (one block) ------------------------------------------------------------------
+
+// Wellons' lowbias32, as engine/tts/sampling.py _mix32.
+__device__ __forceinline__ uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  return x ^ (x >> 16);
+}
+
+__device__ __forceinline__ uint32_t draw_key(uint32_t seed, int frame, int group) {
+  return mix32(mix32(mix32(seed) ^ static_cast<uint32_t>(frame)) ^ static_cast<uint32_t>(group));
+}
+
+// Gumbel(0, 1) noise of token i, bit for bit sampling.py gumbel_noise (u is exact; logf as torch's log).
+__device__ __forceinline__ float gumbel(uint32_t key, int i) {
+  const uint32_t bits = mix32(mix32(static_cast<uint32_t>(i)) ^ key);
+  const float u = (static_cast<float>(bits >> 8) + 0.5f) * (1.0f / 16777216.0f);
+  return -logf(-logf(u));
+}
+
+// Float -> unsigned with the same order (larger float, larger key), for the radix select.
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ float order_value(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
+}
+
+struct PickScratch {  // shared memory of the picking block
+  unsigned hist[256];
+  int state[2];
+  float best[kWarps];
+  int best_index[kWarps];
+};
+
+// The k-th largest of v[0..n) (ties counted, as torch.topk(v, k).values[-1]) by a 4-pass radix select.
+__device__ float kth_largest(const float* v, int n, int k, PickScratch& s) {
+  uint32_t prefix = 0, mask = 0;
+  int remaining = k;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) s.hist[i] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const uint32_t key = order_key(v[i]);
+      if ((key & mask) == prefix) atomicAdd(&s.hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      // lane owns digits [8 lane, 8 lane + 8); the wanted digit d has count(> d) < remaining <= count(>= d)
+      const int lane = threadIdx.x;
+      unsigned c[8], total = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) total += (c[j] = s.hist[8 * lane + j]);
+      unsigned at_or_above = total;  // digits of lanes >= this one
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned t = __shfl_down_sync(0xffffffffu, at_or_above, o);
+        if (lane + o < 32) at_or_above += t;
+      }
+      unsigned above = at_or_above - total;
+      if (above < static_cast<unsigned>(remaining) && static_cast<unsigned>(remaining) <= at_or_above) {
+        for (int j = 7; j >= 0; --j) {
+          if (above + c[j] >= static_cast<unsigned>(remaining)) {
+            s.state[0] = 8 * lane + j;
+            s.state[1] = remaining - static_cast<int>(above);
+            break;
+          }
+          above += c[j];
+        }
+      }
+    }
+    __syncthreads();
+    prefix |= static_cast<uint32_t>(s.state[0]) << shift;
+    mask |= 255u << shift;
+    remaining = s.state[1];
+    __syncthreads();
+  }
+  return order_value(prefix);
+}
+
+// Index of the largest v[i], the lowest index on ties (torch.argmax).
+__device__ int block_argmax(const float* v, int n, PickScratch& s) {
+  float best = -INFINITY;
+  int index = n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    if (index == n || v[i] > best) best = v[i], index = i;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float b = __shfl_xor_sync(0xffffffffu, best, o);
+    const int j = __shfl_xor_sync(0xffffffffu, index, o);
+    if (b > best || (b == best && j < index)) best = b, index = j;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) s.best[warp] = best, s.best_index[warp] = index;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w)
+      if (s.best[w] > s.best[0] || (s.best[w] == s.best[0] && s.best_index[w] < s.best_index[0]))
+        s.best[0] = s.best[w], s.best_index[0] = s.best_index[w];
+  }
+  __syncthreads();
+  const int result = s.best_index[0];
+  __syncthreads();
+  return result;
+}
+
+// sampling.py _scores + argmax with top_p = 1: argmax, or a Gumbel-max draw over softmax(v / T) cut to the top k.
+// v (shared memory) is overwritten.
+__device__ int pick(float* v, int n, PickParams pp, uint32_t key, PickScratch& s) {
+  if (pp.temperature == 0.f) return block_argmax(v, n, s);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) v[i] = v[i] / pp.temperature;
+  __syncthreads();
+  const float kth = pp.top_k < n ? kth_largest(v, n, pp.top_k, s) : -INFINITY;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) v[i] = v[i] < kth ? -INFINITY : v[i] + gumbel(key, i);
+  __syncthreads();
+  return block_argmax(v, n, s);
+}
+
+// --- the frame loop (all blocks) -------------------------------------------------------------------
+
+__device__ __forceinline__ const __nv_bfloat16* table(const FrameParams& p, int group) {
+  return reinterpret_cast<const __nv_bfloat16*>(p.embeddings[group]);
+}
+
+// Block 0: dst[0..n) <- embedding row `code` of codebook `group` in fp32.
+__device__ __forceinline__ void embedding_row(const FrameParams& p, int group, int64_t code, float* dst) {
+  const int H = p.talker.hidden;
+  const __nv_bfloat16* row = table(p, group) + code * H;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) dst[i] = __bfloat162float(row[i]);
+}
+
+// The predictor's input for one pass from a talker-wide source vector (all blocks; ends with a barrier
+// where the projection runs): small_to_mtp_projection where the widths differ, else the source itself.
+__device__ const float* predictor_input(const FrameParams& p, const float* src, float* smem) {
+  if (p.proj_w == nullptr) return src;
+  cg::grid_group grid = cg::this_grid();
+  const int H = p.talker.hidden;
+  load_shared(smem, src, H);
+  grid_matvec(p.predictor.hidden, H, smem, [&](int r) { return row_of(p.proj_w, r, H); },
+              [&](int r, float d) { p.predictor_in[r] = d + __bfloat162float(p.proj_b[r]); });
+  grid.sync();
+  return p.predictor_in;
+}
+
+// Logits of one head over the grid (x in every block's shared memory), then block 0 picks into *slot,
+// reusing smem (x is spent by then). Ends with a barrier, after which *slot is visible to every block.
+template <typename Prepare>
+__device__ int64_t head_and_pick(const __nv_bfloat16* W, int vocab, int K, const float* x, PickParams pp,
+                                 uint32_t key, int64_t* slot, float* smem, PickScratch& s, const FrameParams& p,
+                                 Prepare prepare) {
+  cg::grid_group grid = cg::this_grid();
+  grid_matvec(vocab, K, x, [&](int r) { return row_of(W, r, K); }, [&](int r, float d) { p.logits[r] = d; });
+  grid.sync();
+  if (blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) smem[i] = __ldcg(p.logits + i);
+    __syncthreads();
+    prepare(smem);
+    const int code = pick(smem, vocab, pp, key, s);
+    if (threadIdx.x == 0) *slot = code;
+    __syncthreads();
+  }
+  grid.sync();
+  return __ldcg(slot);
+}
+
+__device__ void frames_body(const FrameParams& p, float* smem, float* scratch, PickScratch& s) {
+  cg::grid_group grid = cg::this_grid();
+  const int H = p.talker.hidden, G = p.groups;
+  int pos = p.talker_pos;
+  for (int f = 0; f < p.frames; ++f) {
+    const int frame = p.frame0 + f;
+    int64_t* codes = p.codes + static_cast<int64_t>(f) * G;
+    if (f > 0 || p.advance_first) {
+      stack_step(p.talker, pos++, p.talker_in, smem, scratch);
+      final_norm_shared(p.talker, smem, scratch);
+      if (blockIdx.x == 0)  // the predictor's first input, read after the next barrier
+        for (int i = threadIdx.x; i < H; i += blockDim.x) p.hidden[i] = smem[i];
+    } else {
+      load_shared(smem, p.hidden, H);
+    }
+    // codebook 0: codec head, repetition penalty over the codes so far, suppress mask, EOS held back
+    // until min_frames (sampling.py Sampler.talker)
+    const int64_t code0 = head_and_pick(
+        p.codec_head, p.talker_vocab, H, smem, p.talker_pick, draw_key(p.seed, frame, 0), codes, smem, s, p,
+        [&](float* v) {
+          const float penalty = p.repetition_penalty;
+          for (int i = threadIdx.x; i < p.talker_vocab; i += blockDim.x) {
+            float x = v[i];
+            if (penalty != 1.f && p.seen[i]) x = x < 0.f ? x * penalty : x / penalty;
+            if (p.suppress[i] || (frame < p.min_frames && i == p.eos_id)) x = -INFINITY;
+            v[i] = x;
+          }
+          __syncthreads();
+        });
+    if (code0 == p.eos_id) {
+      if (blockIdx.x == 0 && threadIdx.x == 0) *p.frames_done = f;
+      return;
+    }
+    if (blockIdx.x == 0) {
+      if (threadIdx.x == 0) p.seen[code0] = 1;
+      embedding_row(p, 0, code0, p.predictor_src);  // the predictor's second input
+    }
+    // codebooks 1..15: prefill [hidden, embedding of code 0] as two single-token passes, then one pass a code
+    stack_step(p.predictor, 0, predictor_input(p, p.hidden, smem), smem, scratch);
+    for (int g = 1; g < G; ++g) {
+      stack_step(p.predictor, g, predictor_input(p, p.predictor_src, smem), smem, scratch);
+      final_norm_shared(p.predictor, smem, scratch);
+      const int64_t code = head_and_pick(
+          reinterpret_cast<const __nv_bfloat16*>(p.predictor_heads[g - 1]), p.predictor_vocab, p.predictor.hidden,
+          smem, p.predictor_pick, draw_key(p.seed, frame, g), codes + g, smem, s, p, [](float*) {});
+      if (g + 1 < G) {
+        if (blockIdx.x == 0) embedding_row(p, g, code, p.predictor_src);
+        grid.sync();
+      }
+    }
+    // the next talker step's input: the 16 codebook embeddings + this frame's text-track input
+    if (blockIdx.x == 0) {
+      for (int i = threadIdx.x; i < H; i += blockDim.x) {
+        float sum = 0.f;
+        for (int j = 0; j < G; ++j) sum += __bfloat162float(table(p, j)[codes[j] * H + i]);
+        p.talker_in[i] = sum + p.text_inputs[static_cast<int64_t>(f) * H + i];
+      }
+    }
+    if (f + 1 < p.frames) grid.sync();
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) *p.frames_done = p.frames;
+}
+
+}  // namespace mk
