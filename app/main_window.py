@@ -104,6 +104,8 @@ class MainWindow(QMainWindow):
     Args:
         settings: where the user's choices live (app/settings.py).
         history_file: the conversation store; None is the default profile's.
+        chat_options: how the LLM runs (engine/llm/chat.py ChatOptions: threads, sampling); None is
+            ChatOptions().
     """
 
     # requests to the worker (queued into its thread)
@@ -121,10 +123,11 @@ class MainWindow(QMainWindow):
     deleted_requested = Signal(int)
     shutdown_requested = Signal()
 
-    def __init__(self, settings: Settings, history_file=None, parent: QWidget | None = None):
+    def __init__(self, settings: Settings, history_file=None, chat_options=None, parent: QWidget | None = None):
         super().__init__(parent)
         self.settings = settings
         self.history_file = history_file
+        self.chat_options = chat_options
         self.info: EngineInfo | None = None  # the loaded engine; None while loading or after a failure
         self.state = "idle"
         self.dialog: ErrorDialog | None = None  # the error dialog on screen, if any
@@ -269,7 +272,10 @@ class MainWindow(QMainWindow):
         if not self._thread.isRunning():
             self._thread.start()
         self.info = None
-        self.load_requested.emit(self.settings.engine_config(self.history_file))
+        self.load_requested.emit(self._config())
+
+    def _config(self):
+        return self.settings.engine_config(self.history_file, self.chat_options)
 
     def _show_progress(self, step: str, done: int, total: int) -> None:
         self.load_bar.setRange(0, total)
@@ -444,7 +450,7 @@ class MainWindow(QMainWindow):
         apply_style(QApplication.instance(), self.settings.theme)
         self.hands_free.setChecked(self.settings.listen_mode == "hands-free")
         if self._thread.isRunning():
-            self.apply_requested.emit(self.settings.engine_config(self.history_file))
+            self.apply_requested.emit(self._config())
 
     # -- what the window shows --------------------------------------------------------------------------
 
@@ -476,12 +482,12 @@ class MainWindow(QMainWindow):
         return super().eventFilter(watched, event)
 
     def _space_talks(self, watched: QObject) -> bool:
-        """Space is push-to-talk in this window unless a text field has the focus."""
+        """Space is push-to-talk in this window unless it goes to a text field (the one with the focus:
+        key events are delivered there first)."""
         if not isinstance(watched, QWidget) or watched.window() is not self or self.hands_free.isChecked():
             return False
-        focus = QApplication.focusWidget()
         typing = (QLineEdit, QPlainTextEdit, QTextEdit, QAbstractSpinBox)
-        return not (isinstance(focus, typing) or (isinstance(focus, QComboBox) and focus.isEditable()))
+        return not (isinstance(watched, typing) or (isinstance(watched, QComboBox) and watched.isEditable()))
 
     def closeEvent(self, event) -> None:
         """Stop the engine (the loop's threads, the devices), then the worker's thread."""

@@ -141,7 +141,9 @@ class Settings:
         """Write pending changes to disk now (QSettings otherwise writes them a little later)."""
         self.store.sync()
 
-    def engine_config(self, history_file: Path | None = None) -> EngineConfig:
-        """The stored settings as the worker's EngineConfig; history_file None is the default profile's."""
+    def engine_config(self, history_file: Path | None = None, chat_options: ChatOptions | None = None) -> EngineConfig:
+        """The stored settings as the worker's EngineConfig; history_file None is the default profile's,
+        chat_options None is ChatOptions()."""
         names = [n for n in EngineConfig.__dataclass_fields__ if isinstance(getattr(Settings, n, None), _Value)]
-        return EngineConfig(history_file=history_file, **{name: getattr(self, name) for name in names})
+        return EngineConfig(history_file=history_file, chat_options=chat_options,
+                            **{name: getattr(self, name) for name in names})

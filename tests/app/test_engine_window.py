@@ -1,0 +1,72 @@
+"""The real window on the real engine (tiny TTS checkpoint, SmolLM2, Whisper base, the PulseAudio null
+sink): first run without a speech model, then typing, stop, push-to-talk and closing, as a user would."""
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app.main_window import MainWindow
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+
+LOAD_MS = 240_000  # generous: the machine's two cores are shared with other work
+TURN_MS = 120_000
+
+
+@pytest.fixture
+def window(qtbot, settings, tmp_path, whisper_dir, smollm2_path):
+    from engine.llm.chat import ChatOptions
+
+    settings.tts_model = str(tmp_path / "no-speech-model-here")  # the first run: no speech model yet
+    settings.stt_model, settings.llm_model = str(whisper_dir), str(smollm2_path)
+    # push-to-talk: hands-free would hear Parley's own voice through the null sink's monitor
+    settings.listen_mode, settings.device, settings.speaker = "push-to-talk", "cpu", "ryan"
+    window = MainWindow(settings, history_file=tmp_path / "history.sqlite3",
+                        chat_options=ChatOptions(n_ctx=512, max_tokens=32, n_threads=1, temperature=0.0))
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    yield window
+    window.close()
+
+
+def type_and_send(qtbot, window, text):
+    window.message.setFocus()
+    qtbot.keyClicks(window.message, text)
+    qtbot.keyClick(window.message, Qt.Key.Key_Return)
+
+
+def test_first_run_typing_stop_push_to_talk_and_close(window, qtbot, short_checkpoint):
+    """The Models page opens when the speech model is missing; once chosen the engine loads, a typed turn is
+    answered aloud with the meter filled in, Esc interrupts the next reply, Space talks, and closing stops it all."""
+    window.start_engine()
+    qtbot.waitUntil(lambda: window.models_page is not None and window.models_page.isVisible(), timeout=LOAD_MS)
+    assert "speech model" in window.notice.label.text()
+    window.models_page.set_path("tts", str(short_checkpoint))  # as Choose… does
+    qtbot.waitUntil(lambda: window.info is not None, timeout=LOAD_MS)
+    assert window.info.tts_model == short_checkpoint and window.notice.isHidden()
+    window.models_page.close()
+    window.activateWindow()  # back to the conversation: the window's shortcuts (Esc) act on the active one
+
+    type_and_send(qtbot, window, "Name three colors.")
+    qtbot.waitUntil(lambda: "turn 1" in window.meter.turns.text() and window.state == "idle", timeout=TURN_MS)
+    user, reply = window.chat.bubbles
+    assert (user.role, user.text) == ("user", "Name three colors.")
+    assert reply.role == "assistant" and reply.text.strip() and reply.note.isHidden()
+    assert window.meter.values["tts_ttfc_ms"][0].text().endswith(" ms")
+    assert window.meter.values["llm_ttft_ms"][1].text().endswith(" ms")
+
+    type_and_send(qtbot, window, "Tell me about the sea in three sentences.")
+    # this turn's reply is on screen and being spoken (not a state left over from the first turn)
+    qtbot.waitUntil(lambda: len(window.chat.bubbles) == 4 and window.state == "speaking", timeout=TURN_MS)
+    qtbot.keyClick(window.chat, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: window.chat.bubbles[-1].note.text() == "interrupted", timeout=TURN_MS)
+    qtbot.waitUntil(lambda: window.state == "idle", timeout=TURN_MS)
+
+    window.chat.setFocus()
+    qtbot.keyPress(window.chat, Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: window.state == "listening", timeout=TURN_MS)
+    qtbot.keyRelease(window.chat, Qt.Key.Key_Space)
+    qtbot.waitUntil(lambda: window.state == "idle", timeout=TURN_MS)
+
+    window.close()
+    assert not window._thread.isRunning()
