@@ -107,9 +107,8 @@ class ChatView(QScrollArea):
 
     def speaking_clause(self, clause: str, index: int) -> None:
         """Highlight `clause` (the index-th of the reply) in the reply bubble: its audio started playing."""
-        if self._reply is None:  # a speak-only turn: the clauses are the text
-            self._reply = self._add("assistant", clause)
-            self._spoken_to = 0
+        if self._reply is None:  # the engine sends the reply's text before its first clause plays
+            return
         if index == 0:
             self._spoken_to = 0
         text = self._reply.text

@@ -89,6 +89,5 @@ class ErrorDialog(QMessageBox):
         if problem.action is not None:
             self.action_button = self.addButton(ACTIONS[problem.action], QMessageBox.ButtonRole.AcceptRole)
             self.action_button.clicked.connect(lambda: self.action_chosen.emit(problem.action))
-        self.setDefaultButton(self.action_button or self.addButton(QMessageBox.StandardButton.Close))
-        if self.action_button is not None:
-            self.addButton(QMessageBox.StandardButton.Close)
+        close = self.addButton(QMessageBox.StandardButton.Close)
+        self.setDefaultButton(self.action_button or close)

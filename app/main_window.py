@@ -286,6 +286,8 @@ class MainWindow(QMainWindow):
     def _engine_ready(self, info: EngineInfo) -> None:
         self.info = info
         self.load_bar.hide()
+        if self.mute_button.isChecked():  # muted while the models loaded: the new loop starts muted too
+            self.mute_requested.emit(True)
         mic = info.microphone or "no microphone"
         self.statusBar().showMessage(f"{info.tts_model.name} on {info.device.upper()}, voice {info.speaker}; {mic}", 8000)
         self._update_talk_button()
@@ -348,7 +350,8 @@ class MainWindow(QMainWindow):
         return False
 
     def _talk_down(self) -> None:
-        if not self._talking and self.info is not None and not self.hands_free.isChecked():
+        voice = self.info is not None and self.info.microphone is not None
+        if not self._talking and voice and not self.hands_free.isChecked():
             self._talking = True
             self.press_requested.emit()
 

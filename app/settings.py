@@ -84,7 +84,7 @@ class _Value:
         self.name = name
 
     def valid(self, value) -> bool:
-        if not isinstance(value, self.kind) or isinstance(value, bool) != (self.kind is bool):
+        if type(value) is not self.kind:  # type(), not isinstance(): True is no silence_ms
             return False
         if self.choices and value not in self.choices:
             return False
@@ -93,9 +93,9 @@ class _Value:
     def __get__(self, settings, owner=None):
         if settings is None:
             return self
-        raw = settings.store.value(self.key, self.default)
+        raw = settings.store.value(self.key, self.default)  # an INI file gives back strings
         try:
-            value = self.kind(raw) if self.kind is not bool else raw in (True, "true", "1", 1)
+            value = self.kind(raw)
         except (TypeError, ValueError):
             return self.default
         return value if self.valid(value) else self.default
