@@ -274,7 +274,8 @@ class Dialogue:
     def say(self, text: str, hooks: TurnHooks | None = None) -> TurnResult:
         """A speak-only turn: `text` goes clause by clause straight to the TTS and the player; stop() cuts it.
 
-        Nothing is sent to the LLM or saved in the history; the TTS figures are recorded.
+        The LLM writes nothing; the text is saved as an assistant turn (cut to what was heard, as a
+        reply is) and what was heard joins the LLM's history, so later replies know it was said.
 
         Raises:
             InputTextError: nothing speakable in `text` (empty, or only markup and emoji).
@@ -392,12 +393,13 @@ class Dialogue:
         )
         self._turns += 1
         self.metrics.record(metrics)
-        if llm:
-            if interrupted:
-                self.chat.amend_last_reply(heard_text)  # the LLM's next prompt holds only what was heard
-            if reply_text.strip():
-                self._save(Turn("assistant", reply_text, heard_text=heard_text if interrupted else None,
-                                interrupted=interrupted, metrics=metrics.as_dict()))
+        if llm and interrupted:
+            self.chat.amend_last_reply(heard_text)  # the LLM's next prompt holds only what was heard
+        elif not llm and heard_text:  # what Parley said is part of the conversation the LLM carries on
+            self.chat.history = self.chat.history + [{"role": "assistant", "content": heard_text}]
+        if reply_text.strip():
+            self._save(Turn("assistant", reply_text, heard_text=heard_text if interrupted else None,
+                            interrupted=interrupted, metrics=metrics.as_dict()))
         if error is not None:
             raise error
         return TurnResult(user_text if llm else "", reply_text, heard_text, interrupted, metrics)

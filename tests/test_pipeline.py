@@ -141,3 +141,17 @@ def test_an_empty_message_saves_nothing_and_a_bad_speaker_is_refused(dialogue, c
     assert dialogue.conversation_id is None
     with pytest.raises(InputTextError, match="unknown speaker 'rian'.*ryan"):
         Dialogue(chat, tts, player, dialogue.history, options=DialogueOptions(speaker="rian"))
+
+
+def test_stop_before_a_voice_turns_reply_starts_saves_the_user_turn_and_speaks_nothing(dialogue, player, speak):
+    """stop() once the transcript is in but before the LLM runs: nothing is spoken, the turn is interrupted,
+    the user's words are saved and no empty reply is."""
+    from engine.pipeline import TurnHooks
+
+    written = player.stats().frames_written
+    result = dialogue.voice_turn(speak("Tell me about the weather today."),
+                                 hooks=TurnHooks(heard=lambda text: dialogue.stop()))
+    assert result.interrupted and result.reply_text == "" and result.heard_text == ""
+    assert player.stats().frames_written == written
+    (user,) = saved_turns(dialogue)
+    assert user.role == "user" and "weather" in user.text.lower()

@@ -1,11 +1,10 @@
-"""The live voice loop on real parts: espeak speech played into a second PulseAudio null sink whose monitor
-is the Microphone (tests/conftest.py user_mic), Silero VAD, Whisper base, SmolLM2 (GGUF), the tiny TTS checkpoint speaking through
-the Player on the 'vsink' null sink, and a SQLite history file."""
+"""The live voice loop on real parts: espeak speech played into a second PulseAudio null sink whose
+monitor is the Microphone (tests/conftest.py user_mic), Silero VAD, Whisper base, SmolLM2 (GGUF), the
+tiny TTS checkpoint speaking through the Player on the 'vsink' null sink, and a SQLite history file."""
 
 import math
 import threading
 
-import numpy as np
 import pytest
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
@@ -13,13 +12,12 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see 
 from engine.errors import AudioDeviceError
 from engine.history import HistoryStore
 from engine.llm.chat import ChatModel, ChatOptions
-from engine.llm.clauses import ClauseOptions
+from engine.llm.clauses import ClauseOptions, split_clauses
 from engine.metrics import FIGURES, MetricsRecorder
 from engine.pipeline import Dialogue, DialogueOptions
-from engine.stt import SAMPLE_RATE_HZ
 from engine.voice import (
-    SILENT_DBFS, BargeIn, Heard, Level, Mode, Partial, ReplyText, SpeakingClause, SpeechStarted, StateChanged, TurnFailed,
-    TurnFinished, VadOptions, VoiceLoop, VoiceOptions,
+    SILENT_DBFS, BargeIn, Heard, Level, Mode, Partial, ReplyText, SpeakingClause, SpeechStarted, StateChanged,
+    TurnFailed, TurnFinished, VadOptions, VoiceLoop, VoiceOptions,
 )  # fmt: skip
 
 WAIT_S = 120  # generous: the null sinks run slow and the machine is shared
@@ -85,7 +83,7 @@ def parts(user_mic, chat, tts, transcriber, tmp_path):
 
 def run_loop(dialogue, mic, **options):
     events = Events()
-    loop = VoiceLoop(dialogue, mic, options=VoiceOptions(vad=VAD, **options))
+    loop = VoiceLoop(dialogue, mic, options=VoiceOptions(**{"vad": VAD, **options}))
     loop.subscribe(events)
     loop.start()
     return loop, events
@@ -149,14 +147,17 @@ def test_speech_while_parley_speaks_barges_in_and_becomes_the_next_turn(parts, u
     assert events.of(SpeechStarted) and first.interrupted and not second.interrupted
     stats = dialogue.player.stats()
     assert stats.frames_flushed > 0
-    clauses = events.of(SpeakingClause)
-    assert first.reply_text.startswith(first.heard_text.split(" ")[0]) and len(first.heard_text) < len(first.reply_text)
+    # heard: some of the clauses that started playing before the barge-in, in order, and not the whole reply
+    end = events.seen.index(events.of(TurnFinished)[0])
+    started = [e.text for e in events.seen[:end] if isinstance(e, SpeakingClause)]
+    assert any(first.heard_text == " ".join(started[:k]) for k in range(len(started) + 1))
+    assert " ".join(split_clauses(first.reply_text, CLAUSES)).startswith(first.heard_text)
+    assert len(first.heard_text) < len(first.reply_text)
     assert "weather" in second.user_text.lower() and events.of(Heard)[0].text == second.user_text
     user, interrupted, voice_user, answer = saved_turns(dialogue)
     assert interrupted.interrupted and interrupted.spoken_text == first.heard_text
     assert (voice_user.text, answer.text) == (second.user_text, second.reply_text)
     assert dialogue.chat.history[1] == {"role": "assistant", "content": first.heard_text} or not first.heard_text
-    assert clauses[0].index == 0
 
 
 def test_losing_the_output_device_mid_reply_fails_the_turn_clearly_and_saves_it(parts, user_mic):
@@ -180,7 +181,7 @@ def test_losing_the_output_device_mid_reply_fails_the_turn_clearly_and_saves_it(
     user, assistant, again, unheard = saved_turns(dialogue)
     assert (user.text, again.text) == ("Tell me a long story about a cat and a dog.", "Hello.")
     assert assistant.interrupted and len(assistant.heard_text) < len(assistant.text)
-    assert assistant.text.startswith(assistant.heard_text.split(" ")[0])
+    assert " ".join(split_clauses(assistant.text, CLAUSES)).startswith(assistant.heard_text)
     assert unheard.interrupted and unheard.heard_text == ""  # written by the LLM, never played
 
 
@@ -270,8 +271,9 @@ def test_muted_microphone_hears_nothing(parts, user_mic, speak):
     assert dialogue.conversation_id is None  # nothing was said, nothing saved
 
 
-def test_speak_only_text_is_spoken_but_not_sent_to_the_llm_or_saved(parts):
-    """submit_text(speak_only=True) speaks the text clause by clause and leaves the LLM and the history alone."""
+def test_speak_only_text_is_spoken_and_saved_without_the_llm_writing(parts):
+    """submit_text(speak_only=True) speaks the text clause by clause, saves it as Parley's turn and puts it in
+    the LLM's history, without the LLM generating anything; text with nothing to say fails clearly."""
     dialogue, mic = parts
     loop, events = run_loop(dialogue, mic)
     with loop:
@@ -282,22 +284,27 @@ def test_speak_only_text_is_spoken_but_not_sent_to_the_llm_or_saved(parts):
     assert finished.user_text == "" and finished.heard_text == "First part, second part."
     assert [c.text for c in events.of(SpeakingClause)] == ["First part,", "second part."]
     assert finished.metrics.tts_ttfc_ms > 0 and finished.metrics.llm_ttft_ms is None
-    assert dialogue.chat.history == [] and dialogue.conversation_id is None
+    assert dialogue.chat.history == [{"role": "assistant", "content": "First part, second part."}]
+    (turn,) = saved_turns(dialogue)
+    assert (turn.role, turn.text, turn.interrupted) == ("assistant", "First part, second part.", False)
     assert "nothing to say" in failed.message
 
 
 def test_partials_show_the_words_while_the_user_is_still_speaking(parts, user_mic, speak):
     """With partials on, Partial transcripts of the utterance so far come before its final Heard text."""
     dialogue, mic = parts
-    loop, events = run_loop(dialogue, mic, partials=True, partial_interval_ms=500)
+    # a long silence window, so no pause inside the line ends the turn early
+    loop, events = run_loop(dialogue, mic, partials=True, partial_interval_ms=300, vad=VadOptions(silence_ms=1500))
     with loop:
         # long enough (~7 s) that Whisper on a busy CPU finishes a partial while the user still speaks
-        user_mic(speak("Tell me about the weather today, and about the weather tomorrow, and about the "
-                       "weather for the rest of the week in the city.")).wait()
+        user_mic(speak("Tell me about the weather today and about the weather tomorrow and about the "
+                       "weather for the rest of the week in the city")).wait()
         heard = events.wait_for(Heard)
         partials = [e for e in events.seen[: events.seen.index(heard)] if isinstance(e, Partial)]
     assert partials and all(p.text.strip() for p in partials)
-    assert all(p.text.split()[0].lower() == heard.text.split()[0].lower() for p in partials)  # same start
+    assert events.seen.index(events.of(SpeechStarted)[0]) < events.seen.index(partials[0])  # while speaking
+    # Whisper pads every window to 30 s, so on this CPU each partial costs seconds: few arrive, the first
+    # of a fraction of a word; only their timing is asserted, the words are the final transcript's job
 
 
 def test_options_and_close_are_checked(parts):
