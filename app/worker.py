@@ -237,7 +237,9 @@ class EngineWorker(QObject):
                                   tts_seed=config.tts_seed)
         engine.dialogue = Dialogue(engine.chat, engine.tts, engine.player, engine.history, engine.transcriber,
                                    options=options, metrics=engine.metrics, conversation_id=conversation_id)
-        voice = VoiceOptions(mode=config.listen_mode, vad=VadOptions(silence_ms=config.silence_ms))
+        # partials: the window shows the live transcript while the user speaks (a Whisper run per
+        # 0.8 s of new speech, skipped while a turn is being transcribed)
+        voice = VoiceOptions(mode=config.listen_mode, vad=VadOptions(silence_ms=config.silence_ms), partials=True)
         engine.loop = VoiceLoop(engine.dialogue, engine.microphone, options=voice)
         recorder = engine.metrics
         engine.unsubscribe = [

@@ -13,12 +13,11 @@ TURN_MS = 120_000
 
 
 @pytest.fixture
-def window(qtbot, settings, tmp_path, whisper_dir, smollm2_path):
+def window(qtbot, settings, tmp_path, whisper_dir, smollm2_path, user_mic):
     from engine.llm.chat import ChatOptions
 
     settings.tts_model = str(tmp_path / "no-speech-model-here")  # the first run: no speech model yet
     settings.stt_model, settings.llm_model = str(whisper_dir), str(smollm2_path)
-    # push-to-talk: hands-free would hear Parley's own voice through the null sink's monitor
     settings.listen_mode, settings.device, settings.speaker = "push-to-talk", "cpu", "ryan"
     window = MainWindow(settings, history_file=tmp_path / "history.sqlite3",
                         chat_options=ChatOptions(n_ctx=512, max_tokens=32, n_threads=1, temperature=0.0))
@@ -35,9 +34,10 @@ def type_and_send(qtbot, window, text):
     qtbot.keyClick(window.message, Qt.Key.Key_Return)
 
 
-def test_first_run_typing_stop_push_to_talk_and_close(window, qtbot, short_checkpoint):
+def test_first_run_typing_stop_push_to_talk_and_close(window, qtbot, short_checkpoint, user_mic, speak):
     """The Models page opens when the speech model is missing; once chosen the engine loads, a typed turn is
-    answered aloud with the meter filled in, Esc interrupts the next reply, Space talks, and closing stops it all."""
+    answered aloud with the meter filled in, Esc interrupts the next reply, holding Space while speaking
+    makes a voice turn (transcript, reply, STT and voice-to-voice figures), and closing stops it all."""
     window.start_engine()
     qtbot.waitUntil(lambda: window.models_page is not None and window.models_page.isVisible(), timeout=LOAD_MS)
     assert "speech model" in window.notice.label.text()
@@ -65,8 +65,15 @@ def test_first_run_typing_stop_push_to_talk_and_close(window, qtbot, short_check
     window.chat.setFocus()
     qtbot.keyPress(window.chat, Qt.Key.Key_Space)
     qtbot.waitUntil(lambda: window.state == "listening", timeout=TURN_MS)
+    talking = user_mic(speak("Tell me about the weather today."))  # the user speaks into the microphone
+    qtbot.waitUntil(lambda: talking.poll() is not None, timeout=TURN_MS)
     qtbot.keyRelease(window.chat, Qt.Key.Key_Space)
-    qtbot.waitUntil(lambda: window.state == "idle", timeout=TURN_MS)
+    qtbot.waitUntil(lambda: "turn 3" in window.meter.turns.text() and window.state == "idle", timeout=TURN_MS)
+    heard, reply = window.chat.bubbles[-2:]
+    assert heard.role == "user" and "weather" in heard.text.lower()
+    assert reply.role == "assistant" and reply.text.strip()
+    assert window.meter.values["stt_ms"][0].text().endswith(" ms")
+    assert window.meter.values["voice_to_voice_ms"][0].text().endswith(" ms")
 
     window.close()
     assert not window._thread.isRunning()
