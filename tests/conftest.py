@@ -207,12 +207,19 @@ def user_mic(sound_server):
     pactl("set-default-source", "usermic.monitor")
     cli = pactl("load-module", "module-cli-protocol-unix")  # for pacmd, which can drop one stream
 
-    def drop_playback():
-        """The server drops the Player's stream on 'vsink', as it does when a device is unplugged."""
-        (vsink,) = [line.split()[0] for line in pactl("list", "short", "sinks").splitlines() if "\tvsink\t" in line]
-        (stream,) = [line.split()[0] for line in pactl("list", "short", "sink-inputs").splitlines()
-                     if line.split()[1] == vsink]
-        subprocess.run(["pacmd", "kill-sink-input", stream], env=pulse_server.env, check=True, timeout=10)
+    def drop(kind: str, device: str):
+        """The server drops our stream on `device`, as it does when the device is unplugged.
+
+        kind "sink": the Player's on 'vsink'; kind "source": the Microphone's on 'usermic.monitor'.
+        """
+        streams, kill = {"sink": ("sink-inputs", "kill-sink-input"),
+                         "source": ("source-outputs", "kill-source-output")}[kind]
+        (index,) = [row[0] for row in rows(f"{kind}s") if row[1] == device]
+        (stream,) = [row[0] for row in rows(streams) if row[1] == index]
+        subprocess.run(["pacmd", kill, stream], env=pulse_server.env, check=True, timeout=10)
+
+    def rows(what: str) -> list[list[str]]:
+        return [line.split("\t") for line in pactl("list", "short", what).splitlines()]
 
     def play(audio: np.ndarray) -> subprocess.Popen:
         """Starts playing (n,) float32 16 kHz audio into the user's microphone; wait() on the result."""
@@ -223,7 +230,8 @@ def user_mic(sound_server):
         player.stdin.close()
         return player
 
-    play.drop_playback = drop_playback
+    play.drop_playback = lambda: drop("sink", "vsink")
+    play.drop_recording = lambda: drop("source", "usermic.monitor")
     yield play
     if pulse_server.pid() is not None:
         pactl("set-default-source", "vsink.monitor")

@@ -320,3 +320,20 @@ def test_options_and_close_are_checked(parts):
     loop.close()
     with pytest.raises(RuntimeError, match="already started"):
         loop.start()
+
+
+def test_losing_the_microphone_is_reported_and_typed_turns_go_on(parts, user_mic):
+    """The sound server dropping the Microphone's stream gives TurnFailed naming the input device, the
+    'idle' state instead of a hang, and a typed turn afterwards is still answered."""
+    dialogue, mic = parts
+    loop, events = run_loop(dialogue, mic)
+    with loop:
+        events.wait_for(Level, "the microphone's first levels")
+        user_mic.drop_recording()
+        failed = events.wait_for(TurnFailed)
+        events.wait(lambda seen: events.states()[-1:] == ["idle"], "the idle state")
+        loop.submit_text("Say hello.")
+        finished = events.wait_for(TurnFinished).result
+    assert isinstance(failed.error, AudioDeviceError)
+    assert "input device" in failed.message and "was lost" in failed.message
+    assert finished.user_text == "Say hello." and finished.reply_text.strip()
