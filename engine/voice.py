@@ -207,6 +207,7 @@ class VoiceLoop:
         self._pressed = False
         self._muted = False
         self._mic_lost = False
+        self._stop_turn = False  # a barge-in came for the turn now running (or about to)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()  # None ends the worker
         self._commands: queue.SimpleQueue[tuple] = queue.SimpleQueue()  # for the listening thread
         self._closing = threading.Event()
@@ -366,6 +367,8 @@ class VoiceLoop:
     def _barge_in(self) -> None:
         with self._lock:
             running = self._phase is not None
+            # Dialogue.stop() is a no-op until the Dialogue has begun the turn: the hooks repeat it
+            self._stop_turn = running
         if running:
             self.dialogue.stop()
             self._emit(BargeIn())
@@ -504,7 +507,9 @@ class VoiceLoop:
             else:
                 self._emit(TurnFinished(result))
             finally:
-                self._update(phase=None)
+                with self._lock:
+                    self._stop_turn = False
+                    self._update(phase=None)
 
     def _run(self, job: _Job) -> TurnResult:
         def clause(text: str, index: int) -> None:
@@ -514,7 +519,11 @@ class VoiceLoop:
                         self._update(phase="speaking")
             self._emit(SpeakingClause(text, index))
 
-        hooks = TurnHooks(reply=lambda text: self._emit(ReplyText(text)), clause=clause)
+        def reply(text: str) -> None:
+            self._repeat_stop()
+            self._emit(ReplyText(text))
+
+        hooks = TurnHooks(reply=reply, clause=clause)
         if job.kind == "text":
             return self.dialogue.text_turn(job.text, hooks)
         if job.kind == "say":
@@ -526,6 +535,7 @@ class VoiceLoop:
             nonlocal held
             self._whisper.release()
             held = False
+            self._repeat_stop()
             self._emit(Heard(text))
 
         try:
@@ -534,3 +544,7 @@ class VoiceLoop:
         finally:
             if held:
                 self._whisper.release()
+
+    def _repeat_stop(self) -> None:
+        if self._stop_turn:
+            self.dialogue.stop()
