@@ -167,3 +167,18 @@ def test_push_to_talk_and_mute_show_in_the_loops_state(engine, qtbot):
     assert emitted(qtbot, worker.state_changed, requests.mute, True) == ("muted",)
     assert emitted(qtbot, worker.state_changed, requests.mute, False) == ("idle",)
     assert [s for (s,) in states] == ["listening", "idle", "muted", "idle"] and not failed
+
+
+def test_asking_for_the_gpu_on_a_machine_without_one_runs_on_the_cpu_with_a_notice(engine, qtbot, base_config):
+    """device "cuda" with no CUDA device: a notice that says so and leads to Settings, then ready() on the CPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    worker, requests, _, _ = engine
+    notices, ready = collect(worker.notice), collect(worker.ready)
+    requests.apply.emit(replace(base_config, device="cuda"))  # another device: the models reload
+    qtbot.waitUntil(lambda: bool(ready), timeout=LOAD_S * 1000)
+    (problem,) = [p for (p,) in notices if "GPU" in p.headline]
+    assert problem.action == "settings" and "CPU" in problem.headline
+    assert ready[0][0].device == "cpu"
