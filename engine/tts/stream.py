@@ -122,7 +122,7 @@ class TTSEngine:
 
     def stream(self, text: str, speaker: str | None = None, language: str | None = "auto", *,
                instruct: str | None = None, seed: int | None = None, sampling: SamplingOptions | None = None,
-               whole_text: bool | None = None, chunk_frames: int = 1) -> TTSStream:
+               whole_text: bool | None = None, chunk_frames: int = 4) -> TTSStream:
         """Speak `text`; returns a lazy stream of Chunks.
 
         Args:
@@ -134,7 +134,9 @@ class TTSEngine:
             sampling: how codes are picked; None uses the checkpoint's generation_config.json.
             whole_text: True puts each segment's whole text in the prefill (official non_streaming_mode,
                 the default for CustomVoice); False feeds it one token per frame.
-            chunk_frames: codec frames per chunk (1 = 80 ms, the lowest latency).
+            chunk_frames: codec frames per chunk after the utterance's first, which is always one frame
+                (80 ms: the lowest latency to first audio); later chunks of several frames decode in fewer,
+                larger codec calls while the first is playing.
 
         Raises:
             InputTextError: empty text, unknown speaker or language, a style the model does not take.
@@ -149,17 +151,19 @@ class TTSEngine:
 
         def run(cancelled: threading.Event) -> Iterator[Chunk]:
             codec = self.codec.stream()
+            size = 1
             for index, segment in enumerate(segments):
                 frames = self._frames(segment, voice, seed ^ (index * 0x9E3779B9 & 0xFFFFFFFF), sampling,
                                       whole_text, cancelled, chunk_frames)
                 pending = []
                 for codes in frames:
                     pending.append(codes)
-                    if len(pending) == chunk_frames:
+                    if len(pending) == size:
                         yield self._chunk(codec, pending, index)
-                        pending = []
-                if pending:
+                        pending, size = [], chunk_frames
+                if pending and not cancelled.is_set():  # a cancelled stream yields nothing more
                     yield self._chunk(codec, pending, index)
+                    size = chunk_frames
                 if cancelled.is_set():
                     return
 

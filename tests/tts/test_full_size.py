@@ -26,7 +26,7 @@ def test_full_size_checkpoint_streams_and_equals_the_official_model(full_checkpo
     tts = load_tts(full_checkpoint)
     assert tts.config.talker.decoder.num_layers == 28 and tts.config.talker.text_vocab_size == 151936
     text = "Hello there, this is a full size model."
-    chunks = list(tts.stream(text, "ryan", "english", sampling=SamplingOptions.greedy()))
+    chunks = list(tts.stream(text, "ryan", "english", sampling=SamplingOptions.greedy(), chunk_frames=1))
     assert [c.pcm.shape for c in chunks] == [(1920,)] * FRAMES
     codes = np.concatenate([c.codes for c in chunks])
 

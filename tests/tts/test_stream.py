@@ -12,8 +12,8 @@ from engine.tts.stream import FRAMES_PER_CHAR, MIN_FRAMES_CAP
 
 
 def test_stream_yields_one_frame_of_24khz_pcm_per_chunk(short_tts):
-    """Each chunk holds one frame: 16 codes and 1920 float32 samples in [-1, 1] at 24 kHz."""
-    chunks = list(short_tts.stream("Hello there.", "ryan", "english", seed=1))
+    """With chunk_frames=1 each chunk holds one frame: 16 codes and 1920 float32 samples in [-1, 1] at 24 kHz."""
+    chunks = list(short_tts.stream("Hello there.", "ryan", "english", seed=1, chunk_frames=1))
     assert short_tts.sample_rate_hz == 24000
     assert len(chunks) == 6  # max_new_tokens=7 in this checkpoint's generation_config.json
     for c in chunks:
@@ -44,11 +44,16 @@ def test_same_seed_same_speech_and_synthesize_is_the_stream_joined(short_tts):
 
 
 def test_chunk_frames_groups_frames_without_changing_the_audio(short_tts):
-    """chunk_frames=4 gives chunks of 4 frames (the last shorter) and the same samples as chunk_frames=1."""
-    one = list(short_tts.stream("Grouped.", "ryan", seed=5))
-    four = list(short_tts.stream("Grouped.", "ryan", seed=5, chunk_frames=4))
-    assert [c.codes.shape[0] for c in four] == [4, 2]
-    np.testing.assert_allclose(np.concatenate([c.pcm for c in four]), np.concatenate([c.pcm for c in one]), atol=1e-5)
+    """The first chunk is one frame (lowest latency), later ones chunk_frames (the default 4; the last
+    shorter), with the same samples as chunk_frames=1."""
+    one = list(short_tts.stream("Grouped.", "ryan", seed=5, chunk_frames=1))
+    four = list(short_tts.stream("Grouped.", "ryan", seed=5))
+    three = list(short_tts.stream("Grouped.", "ryan", seed=5, chunk_frames=3))
+    assert [c.codes.shape[0] for c in four] == [1, 4, 1]
+    assert [c.codes.shape[0] for c in three] == [1, 3, 2]
+    for grouped in (four, three):
+        np.testing.assert_allclose(np.concatenate([c.pcm for c in grouped]), np.concatenate([c.pcm for c in one]),
+                                   atol=1e-5)
 
 
 def test_cancel_from_another_thread_stops_at_the_next_frame(tiny_tts):
@@ -113,7 +118,7 @@ def test_unknown_speaker_and_language_errors_list_the_valid_ones(short_tts):
 def test_speakers_and_languages_come_from_the_config_case_insensitively(short_tts):
     """Speaker and language names are the config's, matched regardless of case."""
     assert short_tts.speakers == sorted(short_tts.config.talker.speaker_ids)
-    assert len(list(short_tts.stream("Case.", "RYAN", "English", seed=1))) == 6
+    assert sum(c.codes.shape[0] for c in short_tts.stream("Case.", "RYAN", "English", seed=1)) == 6
 
 
 @pytest.mark.parametrize("text", [
@@ -136,7 +141,7 @@ def test_user_text_never_becomes_control_tokens(short_tts):
 def test_long_text_is_split_into_segments_and_streamed_in_order(short_tts):
     """Text over the segment size is spoken segment by segment, each capped, in order, without a crash."""
     sentence = "This sentence is one of very many in a long text. "
-    chunks = list(short_tts.stream(sentence * 60, "ryan", seed=0))
+    chunks = list(short_tts.stream(sentence * 60, "ryan", seed=0, chunk_frames=1))
     segments = [c.segment for c in chunks]
     assert segments == sorted(segments) and segments[-1] >= 6
     assert len(chunks) == 6 * (segments[-1] + 1)
