@@ -7,14 +7,13 @@ figures as an event to its subscribers (the app shows them; it measures nothing)
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 
-log = logging.getLogger(__name__)
+from engine.subscribers import Subscribers
 
 __all__ = ["FIGURES", "Figure", "MetricsRecorder", "TurnMetrics", "percentile"]
 
@@ -103,20 +102,12 @@ class MetricsRecorder:
         self.window = window
         self._lock = threading.Lock()
         self._values: dict[str, deque[float]] = {name: deque(maxlen=window) for name in FIGURES}
-        self._subscribers: list[Callable[[TurnMetrics], None]] = []
+        self._subscribers: Subscribers[TurnMetrics] = Subscribers("metrics")
         self._turns = 0
 
     def subscribe(self, callback: Callable[[TurnMetrics], None]) -> Callable[[], None]:
         """Call `callback(metrics)` for each turn recorded from now on; returns the function that unsubscribes."""
-        with self._lock:
-            self._subscribers.append(callback)
-
-        def unsubscribe():
-            with self._lock:
-                if callback in self._subscribers:
-                    self._subscribers.remove(callback)
-
-        return unsubscribe
+        return self._subscribers.subscribe(callback)
 
     def record(self, metrics: TurnMetrics) -> None:
         """Add one turn's figures to the windows (a None or non-finite figure is left out) and deliver it."""
@@ -125,12 +116,7 @@ class MetricsRecorder:
                 if math.isfinite(value):
                     self._values[name].append(value)
             self._turns += 1
-            subscribers = list(self._subscribers)
-        for callback in subscribers:  # outside the lock: a subscriber may read summary()
-            try:
-                callback(metrics)
-            except Exception:
-                log.exception("a metrics subscriber failed on turn %d", metrics.turn)
+        self._subscribers.emit(metrics)  # outside the lock: a subscriber may read summary()
 
     @property
     def turns(self) -> int:

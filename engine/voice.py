@@ -24,6 +24,7 @@ import numpy as np
 from engine.errors import AudioDeviceError, ParleyError
 from engine.pipeline import Dialogue, TurnHooks, TurnResult
 from engine.stt.vad import BLOCK_SAMPLES, SAMPLE_RATE_HZ, Endpointer, Mode, SileroVad, SpeechStart, VadOptions
+from engine.subscribers import Subscribers
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ class VoiceLoop:
         self.options = opts = options or VoiceOptions()
         self._endpointer = Endpointer(opts.vad, opts.mode, vad) if microphone is not None else None
         self._mode = opts.mode
-        self._subscribers: list[Callable[[object], None]] = []
+        self._subscribers: Subscribers[object] = Subscribers("voice-loop")
         self._lock = threading.RLock()  # guards the state below; StateChanged is emitted under it, in order
         self._state = "idle"
         self._running = False  # between start() and close()
@@ -224,24 +225,10 @@ class VoiceLoop:
 
         A callback that raises is logged; the others still run.
         """
-        with self._lock:
-            self._subscribers.append(callback)
-
-        def unsubscribe():
-            with self._lock:
-                if callback in self._subscribers:
-                    self._subscribers.remove(callback)
-
-        return unsubscribe
+        return self._subscribers.subscribe(callback)
 
     def _emit(self, event) -> None:
-        with self._lock:
-            subscribers = list(self._subscribers)
-        for callback in subscribers:
-            try:
-                callback(event)
-            except Exception:
-                log.exception("a voice-loop subscriber failed on %r", event)
+        self._subscribers.emit(event)
 
     @property
     def state(self) -> str:
