@@ -155,14 +155,14 @@ __device__ const float* predictor_input(const FrameParams& p, const float* src, 
   return p.predictor_in;
 }
 
-// Logits of one head over the grid (x in every block's shared memory), then block 0 picks into *slot,
-// reusing smem (x is spent by then). Ends with a barrier, after which *slot is visible to every block.
+// Logits of one head over the grid (its input x in every block's shared memory, smem), then block 0
+// picks into *slot, reusing smem for the logits (x is spent by then). Ends with a barrier, after which
+// *slot is visible to every block.
 template <typename Prepare>
-__device__ int64_t head_and_pick(const __nv_bfloat16* W, int vocab, int K, const float* x, PickParams pp,
-                                 uint32_t key, int64_t* slot, float* smem, PickScratch& s, const FrameParams& p,
-                                 Prepare prepare) {
+__device__ int64_t head_and_pick(const __nv_bfloat16* W, int vocab, int K, PickParams pp, uint32_t key,
+                                 int64_t* slot, float* smem, PickScratch& s, const FrameParams& p, Prepare prepare) {
   cg::grid_group grid = cg::this_grid();
-  grid_matvec(vocab, K, x, [&](int r) { return row_of(W, r, K); }, [&](int r, float d) { p.logits[r] = d; });
+  grid_matvec(vocab, K, smem, [&](int r) { return row_of(W, r, K); }, [&](int r, float d) { p.logits[r] = d; });
   grid.sync();
   if (blockIdx.x == 0) {
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) smem[i] = __ldcg(p.logits + i);
@@ -194,7 +194,7 @@ __device__ void frames_body(const FrameParams& p, float* smem, float* scratch, P
     // codebook 0: codec head, repetition penalty over the codes so far, suppress mask, EOS held back
     // until min_frames (sampling.py Sampler.talker)
     const int64_t code0 = head_and_pick(
-        p.codec_head, p.talker_vocab, H, smem, p.talker_pick, draw_key(p.seed, frame, 0), codes, smem, s, p,
+        p.codec_head, p.talker_vocab, H, p.talker_pick, draw_key(p.seed, frame, 0), codes, smem, s, p,
         [&](float* v) {
           const float penalty = p.repetition_penalty;
           for (int i = threadIdx.x; i < p.talker_vocab; i += blockDim.x) {
@@ -220,7 +220,7 @@ __device__ void frames_body(const FrameParams& p, float* smem, float* scratch, P
       final_norm_shared(p.predictor, smem, scratch);
       const int64_t code = head_and_pick(
           reinterpret_cast<const __nv_bfloat16*>(p.predictor_heads[g - 1]), p.predictor_vocab, p.predictor.hidden,
-          smem, p.predictor_pick, draw_key(p.seed, frame, g), codes + g, smem, s, p, [](float*) {});
+          p.predictor_pick, draw_key(p.seed, frame, g), codes + g, smem, s, p, [](float*) {});
       if (g + 1 < G) {
         if (blockIdx.x == 0) embedding_row(p, g, code, p.predictor_src);
         grid.sync();
