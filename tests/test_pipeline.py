@@ -28,13 +28,6 @@ def chat(smollm2_path):
 
 
 @pytest.fixture(scope="module")
-def tts(short_checkpoint):
-    from engine.tts import load_tts
-
-    return load_tts(short_checkpoint)
-
-
-@pytest.fixture(scope="module")
 def player(pulse_server):
     from engine.audio import Player
 
@@ -44,11 +37,11 @@ def player(pulse_server):
 
 
 @pytest.fixture
-def dialogue(chat, tts, player, tmp_path, request):
+def dialogue(chat, short_tts, player, tmp_path, request):
     chat.clear_history()
     transcriber = request.getfixturevalue("transcriber") if "voice" in request.node.name else None
     with HistoryStore(tmp_path / "history.sqlite3") as history:
-        yield Dialogue(chat, tts, player, history, transcriber, metrics=MetricsRecorder(),
+        yield Dialogue(chat, short_tts, player, history, transcriber, metrics=MetricsRecorder(),
                        options=DialogueOptions(speaker="ryan", tts_seed=1, clauses=CLAUSES))
 
 
@@ -134,13 +127,13 @@ def test_barge_in_flushes_playback_and_keeps_only_the_heard_clauses(dialogue, pl
     assert player.stats().frames_written == written
 
 
-def test_an_empty_message_saves_nothing_and_a_bad_speaker_is_refused(dialogue, chat, tts, player):
+def test_an_empty_message_saves_nothing_and_a_bad_speaker_is_refused(dialogue, chat, short_tts, player):
     """Empty text is refused before anything is saved; an unknown speaker names the valid ones."""
     with pytest.raises(InputTextError, match="empty"):
         dialogue.text_turn("   ")
     assert dialogue.conversation_id is None
     with pytest.raises(InputTextError, match="unknown speaker 'rian'.*ryan"):
-        Dialogue(chat, tts, player, dialogue.history, options=DialogueOptions(speaker="rian"))
+        Dialogue(chat, short_tts, player, dialogue.history, options=DialogueOptions(speaker="rian"))
 
 
 def test_stop_before_a_voice_turns_reply_starts_saves_the_user_turn_and_speaks_nothing(dialogue, player, speak):

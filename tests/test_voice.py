@@ -62,21 +62,14 @@ def chat(smollm2_path):
     return ChatModel(smollm2_path, ChatOptions(n_ctx=512, max_tokens=40, n_threads=1, temperature=0.0))
 
 
-@pytest.fixture(scope="module")
-def tts(short_checkpoint):
-    from engine.tts import load_tts
-
-    return load_tts(short_checkpoint)
-
-
 @pytest.fixture
-def parts(user_mic, chat, tts, transcriber, tmp_path):
+def parts(user_mic, chat, short_tts, transcriber, tmp_path):
     """A fresh Player, Microphone, history file and Dialogue per test (a test may break the player)."""
     from engine.audio import Microphone, Player
 
     chat.clear_history()
     with Player() as player, Microphone() as mic, HistoryStore(tmp_path / "history.sqlite3") as history:
-        dialogue = Dialogue(chat, tts, player, history, transcriber, metrics=MetricsRecorder(),
+        dialogue = Dialogue(chat, short_tts, player, history, transcriber, metrics=MetricsRecorder(),
                             options=DialogueOptions(speaker="ryan", tts_seed=1, clauses=CLAUSES))
         yield dialogue, mic
 
@@ -202,13 +195,13 @@ class _FailingTTS:
         return self._tts.stream(*args, **kwargs)
 
 
-def test_a_stage_error_fails_only_its_turn(user_mic, chat, tts, transcriber, tmp_path):
+def test_a_stage_error_fails_only_its_turn(user_mic, chat, short_tts, transcriber, tmp_path):
     """A TTS that raises mid-reply gives TurnFailed; the loop goes on to answer the next typed turn, and
     the history holds both turns, the failed reply cut to what was played."""
     from engine.audio import Microphone, Player
 
     chat.clear_history()
-    failing = _FailingTTS(tts)
+    failing = _FailingTTS(short_tts)
     with Player() as player, Microphone() as mic, HistoryStore(tmp_path / "h.sqlite3") as history:
         dialogue = Dialogue(chat, failing, player, history, transcriber, metrics=MetricsRecorder(),
                             options=DialogueOptions(speaker="ryan", tts_seed=1, clauses=CLAUSES))

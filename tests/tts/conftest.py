@@ -1,4 +1,4 @@
-"""Checkpoints the TTS tests share (tiny_checkpoint and short_checkpoint are in tests/conftest.py)."""
+"""Checkpoints the TTS tests share (tiny_checkpoint, short_checkpoint and short_tts are in tests/conftest.py)."""
 
 import pytest
 
@@ -15,8 +15,3 @@ def tiny17_checkpoint(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_tts(tiny_checkpoint):
     return load_tts(tiny_checkpoint)
-
-
-@pytest.fixture(scope="session")
-def short_tts(short_checkpoint):
-    return load_tts(short_checkpoint)
