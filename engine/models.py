@@ -59,6 +59,24 @@ def find_tts_model(name: str | None = None) -> Path:
     raise ModelFilesError(f"{path}: no such model folder")
 
 
+def redownload_advice(folder: Path) -> str:
+    """What to tell the user when the checkpoint in `folder` is damaged: the command that fetches it again.
+
+    The hub id comes from the folder's name where it has one: a `--local-dir` download keeps the
+    repository's name, a Hugging Face cache snapshot sits under `models--<owner>--<name>/`.
+    """
+    folder = Path(folder)
+    cached = next((p.name for p in folder.parents if p.name.startswith("models--")), None)
+    if cached is not None:
+        command = f"huggingface-cli download {cached.removeprefix('models--').replace('--', '/', 1)} --force-download"
+    elif folder.name.startswith("Qwen3-TTS-"):
+        command = f"huggingface-cli download Qwen/{folder.name} --local-dir {folder}"
+    else:
+        command = f"huggingface-cli download <the model's hub id> --local-dir {folder}"
+    return ("Download the model again (the app's Models page, or: " + command
+            + "), or choose another Qwen3-TTS 12 Hz checkpoint folder.")
+
+
 def _hub_cache(repo: str) -> Path | None:
     """The snapshot of `repo` in the local Hugging Face cache, without touching the network."""
     from huggingface_hub import snapshot_download

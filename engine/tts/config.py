@@ -28,11 +28,34 @@ class _Reader:
             return default
         raise ModelFilesError(f"{self.path}: missing key '{self.prefix}{key}'")
 
-    def sub(self, key: str) -> "_Reader":
-        value = self(key)
+    def integer(self, key: str, default: Any = ..., minimum: int | None = None) -> int:
+        """An integer (not a bool, not a string of digits); minimum=1 for a size the model is built with."""
+        value = self(key, default)
+        if not isinstance(value, int) or isinstance(value, bool):
+            self._wrong(key, value, "an integer")
+        if minimum is not None and value < minimum:
+            self._wrong(key, value, f"an integer >= {minimum}")
+        return value
+
+    def number(self, key: str, default: Any = ...) -> float:
+        value = self(key, default)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            self._wrong(key, value, "a number")
+        return float(value)
+
+    def ids(self, key: str) -> dict[str, int]:
+        """A name -> id object (speakers, languages); names lower-cased."""
+        table = self.sub(key, {})
+        return {name.lower(): table.integer(name) for name in table.data}
+
+    def sub(self, key: str, default: Any = ...) -> "_Reader":
+        value = self(key, default)
         if not isinstance(value, dict):
-            raise ModelFilesError(f"{self.path}: '{self.prefix}{key}' must be an object")
+            raise ModelFilesError(f"{self.path}: '{self.prefix}{key}' must be an object, got {value!r}")
         return _Reader(value, self.path, f"{self.prefix}{key}.")
+
+    def _wrong(self, key: str, value: Any, expected: str):
+        raise ModelFilesError(f"{self.path}: '{self.prefix}{key}' is {value!r}, expected {expected}")
 
 
 def read_json(path: Path) -> dict:
@@ -71,17 +94,22 @@ class DecoderConfig:
             raise ModelFilesError(f"{r.path}: '{r.prefix}hidden_act' is {r('hidden_act')!r}; Parley supports 'silu'")
         if r("attention_bias", False):
             raise ModelFilesError(f"{r.path}: '{r.prefix}attention_bias' is true; Parley supports bias-free attention")
-        num_heads = int(r("num_attention_heads"))
+        num_heads = r.integer("num_attention_heads", minimum=1)
+        hidden = r.integer("hidden_size", minimum=1)
+        num_kv_heads = r.integer("num_key_value_heads", minimum=1)
+        if num_heads % num_kv_heads:
+            raise ModelFilesError(f"{r.path}: '{r.prefix}num_attention_heads' ({num_heads}) is not a multiple of "
+                                  f"num_key_value_heads ({num_kv_heads})")
         return cls(
-            hidden_size=int(r("hidden_size")),
-            intermediate_size=int(r("intermediate_size")),
-            num_layers=int(r("num_hidden_layers")),
+            hidden_size=hidden,
+            intermediate_size=r.integer("intermediate_size", minimum=1),
+            num_layers=r.integer("num_hidden_layers", minimum=1),
             num_heads=num_heads,
-            num_kv_heads=int(r("num_key_value_heads")),
-            head_dim=int(r("head_dim", int(r("hidden_size")) // num_heads)),
-            rms_norm_eps=float(r("rms_norm_eps")),
-            rope_theta=float(r("rope_theta")),
-            vocab_size=int(r("vocab_size")),
+            num_kv_heads=num_kv_heads,
+            head_dim=r.integer("head_dim", hidden // num_heads, minimum=1),
+            rms_norm_eps=r.number("rms_norm_eps"),
+            rope_theta=r.number("rope_theta"),
+            vocab_size=r.integer("vocab_size", minimum=1),
         )
 
 
@@ -107,31 +135,32 @@ class TalkerConfig:
 
     @classmethod
     def read(cls, r: _Reader) -> "TalkerConfig":
-        rope = r("rope_scaling", {})
+        rope = r.sub("rope_scaling", {}).data
         # The talker's rotary embedding is M-RoPE; for speech all three position streams are equal, which
         # makes it plain RoPE (tests/tts/test_rope.py proves it), so only the section's total must fit.
         section = rope.get("mrope_section")
         decoder = DecoderConfig.read(r)
-        if section is not None and 2 * sum(section) != decoder.head_dim:
+        if section is not None and (not isinstance(section, list) or not all(type(n) is int for n in section)
+                                    or 2 * sum(section) != decoder.head_dim):
             raise ModelFilesError(f"{r.path}: talker_config.rope_scaling.mrope_section {section} does not cover head_dim {decoder.head_dim}")
         if rope.get("rope_type", rope.get("type", "default")) != "default":
             raise ModelFilesError(f"{r.path}: talker_config.rope_scaling type {rope.get('rope_type')!r}; Parley supports 'default'")
-        dialects = {k.lower(): v for k, v in (r("spk_is_dialect", {}) or {}).items() if v}
+        dialects = {k.lower(): v for k, v in r.sub("spk_is_dialect", {}).data.items() if v}
         return cls(
             decoder=decoder,
             predictor=DecoderConfig.read(r.sub("code_predictor_config")),
-            num_code_groups=int(r("num_code_groups")),
-            text_vocab_size=int(r("text_vocab_size")),
-            text_hidden_size=int(r("text_hidden_size")),
-            codec_pad_id=int(r("codec_pad_id")),
-            codec_bos_id=int(r("codec_bos_id")),
-            codec_eos_id=int(r("codec_eos_token_id")),
-            codec_think_id=int(r("codec_think_id")),
-            codec_nothink_id=int(r("codec_nothink_id")),
-            codec_think_bos_id=int(r("codec_think_bos_id")),
-            codec_think_eos_id=int(r("codec_think_eos_id")),
-            language_ids={k.lower(): int(v) for k, v in r("codec_language_id", {}).items()},
-            speaker_ids={k.lower(): int(v) for k, v in r("spk_id", {}).items()},
+            num_code_groups=r.integer("num_code_groups", minimum=2),
+            text_vocab_size=r.integer("text_vocab_size", minimum=1),
+            text_hidden_size=r.integer("text_hidden_size", minimum=1),
+            codec_pad_id=r.integer("codec_pad_id"),
+            codec_bos_id=r.integer("codec_bos_id"),
+            codec_eos_id=r.integer("codec_eos_token_id"),
+            codec_think_id=r.integer("codec_think_id"),
+            codec_nothink_id=r.integer("codec_nothink_id"),
+            codec_think_bos_id=r.integer("codec_think_bos_id"),
+            codec_think_eos_id=r.integer("codec_think_eos_id"),
+            language_ids=r.ids("codec_language_id"),
+            speaker_ids=r.ids("spk_id"),
             speaker_dialects=dialects,
         )
 
@@ -158,11 +187,11 @@ class TTSConfig:
         return cls(
             model_type=str(r("tts_model_type")),
             model_size=str(r("tts_model_size", "")),
-            im_start_id=int(r("im_start_token_id")),
-            im_end_id=int(r("im_end_token_id")),
-            tts_pad_id=int(r("tts_pad_token_id")),
-            tts_bos_id=int(r("tts_bos_token_id")),
-            tts_eos_id=int(r("tts_eos_token_id")),
+            im_start_id=r.integer("im_start_token_id"),
+            im_end_id=r.integer("im_end_token_id"),
+            tts_pad_id=r.integer("tts_pad_token_id"),
+            tts_bos_id=r.integer("tts_bos_token_id"),
+            tts_eos_id=r.integer("tts_eos_token_id"),
             talker=TalkerConfig.read(r.sub("talker_config")),
         )
 

@@ -53,11 +53,18 @@ class SamplingOptions:
 
     @classmethod
     def from_generation_config(cls, config: dict) -> "SamplingOptions":
-        """Defaults from a checkpoint's generation_config.json (the official keys; do_sample=false = greedy)."""
+        """Defaults from a checkpoint's generation_config.json (the official keys; do_sample=false = greedy).
+
+        Raises:
+            ValueError: a value is not a number, or out of range; the message names the file's key.
+        """
         names = {f.name for f in fields(cls)}
         official = {"subtalker_temperature": "predictor_temperature", "subtalker_top_k": "predictor_top_k",
                     "subtalker_top_p": "predictor_top_p"}
         values = {official.get(k, k): v for k, v in config.items() if official.get(k, k) in names}
+        for key, value in config.items():
+            if official.get(key, key) in names and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+                raise ValueError(f"{key} is {value!r}, expected a number")
         if config.get("do_sample") is False:
             values["temperature"] = 0.0
         if config.get("subtalker_dosample") is False:

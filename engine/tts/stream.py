@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from engine.errors import ModelFilesError
+from engine.models import redownload_advice
 from engine.tts.checkpoint import load_weights
 from engine.tts.codec import load_codec
 from engine.tts.config import TTSConfig, read_json
@@ -216,6 +218,9 @@ def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | N
              megakernel: bool | None = None) -> TTSEngine:
     """Load a Qwen3-TTS 12 Hz checkpoint folder as published (0.6B or 1.7B; CustomVoice or VoiceDesign).
 
+    A machine without a usable CUDA GPU, or a GPU without room for the model, gets the CPU engine
+    (float32) and a logged warning: check the returned engine's `device`.
+
     Args:
         path: the folder (config.json, model.safetensors or shards, tokenizer files, speech_tokenizer/).
         device: "cpu" or "cuda" (or "cuda:N").
@@ -224,18 +229,47 @@ def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | N
             falling back to PyTorch with a logged warning; True = required; False = never.
 
     Raises:
-        ModelFilesError: a file is missing, truncated, corrupt or does not match config.json.
+        ModelFilesError: a file is missing, truncated, corrupt or does not match config.json; the
+            message names the file and ends with how to get the model again. Nothing stays loaded.
     """
     folder = Path(path)
     if not folder.is_dir():
         raise ModelFilesError(f"{folder}: no such model folder")
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ModelFilesError("device 'cuda' was asked for, but this machine has no usable CUDA GPU; use device='cpu'")
+        log.warning("device 'cuda' was asked for, but this machine has no usable CUDA GPU; using the CPU")
+        device, dtype = torch.device("cpu"), None
     dtype = _dtype(device, dtype)
+    try:
+        try:
+            return _load(folder, device, dtype, megakernel)
+        except torch.OutOfMemoryError as e:
+            if device.type != "cuda":
+                raise
+            log.warning("the GPU has no room for the speech model (%s); using the CPU", str(e).split("\n")[0])
+        torch.cuda.empty_cache()  # outside the except clause: its traceback no longer holds the GPU tensors
+        return _load(folder, torch.device("cpu"), torch.float32, megakernel=False)
+    except ModelFilesError as e:
+        # the traceback keeps every frame below alive, and with them the weights loaded before the fault
+        # (gigabytes on a GPU) for as long as the caller keeps the error: drop those frames' variables
+        traceback.clear_frames(e.__traceback__)
+        raise ModelFilesError(f"{e}\n{redownload_advice(folder)}").with_traceback(e.__traceback__) from None
+
+
+def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bool | None) -> TTSEngine:
+    """load_tts on a checked folder and device."""
     config = TTSConfig.from_file(folder / "config.json")
     generation = folder / "generation_config.json"
     defaults = read_json(generation) if generation.exists() else {}
+    try:
+        sampling = SamplingOptions.from_generation_config(defaults)
+    except ValueError as e:
+        raise ModelFilesError(f"{generation}: {e}") from None
+    # max_new_tokens counts talker tokens as the official generate() does: the last one never becomes a frame
+    max_new_tokens = defaults.get("max_new_tokens", 8192)
+    if type(max_new_tokens) is not int or max_new_tokens < 2:
+        raise ModelFilesError(f"{generation}: max_new_tokens is {max_new_tokens!r}, expected an integer >= 2")
+    max_frames = max_new_tokens - 1
     with torch.device("meta"):
         model = Qwen3TTS(config.talker)
     # a Base model's speaker encoder (voice cloning) is not used by Parley
@@ -259,7 +293,4 @@ def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | N
             f"match config.json (code predictor vocab_size {codebook}, talker vocab_size "
             f"{config.talker.decoder.vocab_size}); the speech tokenizer belongs to another model"
         )
-    # max_new_tokens counts talker tokens as the official generate() does: the last one never becomes a frame
-    max_frames = int(defaults.get("max_new_tokens", 8192)) - 1
-    return TTSEngine(folder, config, model, prompts, codec, SamplingOptions.from_generation_config(defaults),
-                     max_frames)
+    return TTSEngine(folder, config, model, prompts, codec, sampling, max_frames)

@@ -92,14 +92,14 @@ def test_missing_config_key_is_named_with_its_path(broken, key):
         del config[leaf]
 
     edit_json(broken / "config.json", drop)
-    with pytest.raises(ModelFilesError, match=file_error(broken, "config.json") + f"missing key '{re.escape(key)}'$"):
+    with pytest.raises(ModelFilesError, match=file_error(broken, "config.json") + f"missing key '{re.escape(key)}'\n"):
         load_tts(broken)
 
 
 def test_config_dims_that_do_not_match_the_weights_are_named(broken):
     """A hidden_size the weights were not made with raises ModelFilesError naming a tensor and both shapes."""
     edit_json(broken / "config.json", lambda c: c["talker_config"].update(hidden_size=128))
-    shapes = r"talker\.[\w.]+ is \([\d, ]*64[\d, ]*\), config\.json says \([\d, ]*128[\d, ]*\)$"
+    shapes = r"talker\.[\w.]+ is \([\d, ]*64[\d, ]*\), config\.json says \([\d, ]*128[\d, ]*\)\n"
     message = file_error(broken, "model.safetensors") + shapes
     with pytest.raises(ModelFilesError, match=message):
         load_tts(broken)
@@ -129,7 +129,7 @@ def test_missing_tensor_is_named(broken):
     """A talker tensor absent from model.safetensors raises ModelFilesError naming the file and the tensor."""
     name = "talker.model.layers.1.mlp.up_proj.weight"
     rewrite_tensors(broken / "model.safetensors", lambda t: t.pop(name))
-    message = file_error(broken, "model.safetensors") + f"missing tensor {re.escape(name)}$"
+    message = file_error(broken, "model.safetensors") + f"missing tensor {re.escape(name)}\n"
     with pytest.raises(ModelFilesError, match=message):
         load_tts(broken)
 
@@ -138,7 +138,7 @@ def test_wrong_shape_tensor_is_named_with_both_shapes(broken):
     """A tensor of a shape config.json does not describe raises ModelFilesError with its shape and config.json's."""
     rewrite_tensors(broken / "model.safetensors",
                     lambda t: t.update({"talker.codec_head.weight": torch.zeros(2048, 64, dtype=torch.bfloat16)}))
-    shapes = r"talker\.codec_head\.weight is \(2048, 64\), config\.json says \(3072, 64\)$"
+    shapes = r"talker\.codec_head\.weight is \(2048, 64\), config\.json says \(3072, 64\)\n"
     message = file_error(broken, "model.safetensors") + shapes
     with pytest.raises(ModelFilesError, match=message):
         load_tts(broken)
