@@ -33,6 +33,8 @@ class EngineConfig:
     tts_model, stt_model, llm_model: a folder or file path, or "" to find the model on its own
         (engine/models.py, the bundled Whisper and SmolLM2 packages).
     speaker, language: the voice; "" is the model's first speaker, "auto" any language.
+    style: how the voice speaks (1.7B CustomVoice) or what it sounds like (VoiceDesign), for the TTS's
+        instruct; "" for none. Models that take none ignore it (EngineInfo.style_kind says which).
     input_device, output_device: a device name or part of one; "" is the system default.
     listen_mode: "hands-free" or "push-to-talk". silence_ms: hands-free end-of-turn silence.
     system_prompt: the LLM's first message.
@@ -47,6 +49,7 @@ class EngineConfig:
     llm_model: str = ""
     speaker: str = ""
     language: str = "auto"
+    style: str = ""
     input_device: str = ""
     output_device: str = ""
     listen_mode: str = "hands-free"

@@ -1,4 +1,4 @@
-"""The settings dialog: voice, language, sound devices, listening, system prompt, model
+"""The settings dialog: voice, language, speaking style, sound devices, listening, system prompt, model
 paths, GPU/CPU and theme, written to Settings (app/settings.py) when the user saves.
 
 The voices and languages offered are the loaded model's (EngineInfo from the worker); the devices are
@@ -78,10 +78,25 @@ class SettingsDialog(QDialog):
         for name in info.languages if info else ():
             self.language.addItem(name.capitalize(), name)
         self._select(self.language, s.language)
+        self.style = QLineEdit(s.style, objectName="speakingStyle", clearButtonEnabled=True)
+        self.style_note = QLabel(objectName="hint", wordWrap=True)
+        kind = info.style_kind if info else None
+        self.style.setEnabled(kind is not None)
+        if kind == "description":
+            self.style.setPlaceholderText("What the voice sounds like, e.g. a warm, low, calm voice")
+            self.style_note.setText("This model makes its voice from your description.")
+        elif kind == "style":
+            self.style.setPlaceholderText("How to speak, e.g. cheerful and a little faster; empty for plain")
+            self.style_note.setText("Used from Parley's next reply on.")
+        else:
+            self.style_note.setText("Not available: " + (info.style_unsupported if info else
+                                                         "the speech model has not loaded yet."))
         self.output = self._device_box("output", s.output_device)
         form = QFormLayout()
         form.addRow("Voice", self.speaker)
         form.addRow("Language", self.language)
+        form.addRow("Voice description" if kind == "description" else "Speaking style", self.style)
+        form.addRow("", self.style_note)
         form.addRow("Speakers", self.output)
         return self._page(form)
 
@@ -147,6 +162,7 @@ class SettingsDialog(QDialog):
         """Write every field, then saved() and close. The widgets offer only values Settings takes."""
         values = {
             "speaker": self.speaker.currentData(), "language": self.language.currentData(),
+            "style": " ".join(self.style.text().split()),
             "output_device": self.output.currentData(),
             "input_device": self.input.currentData(), "listen_mode": self.mode.currentData(),
             "silence_ms": self.silence.value(), "system_prompt": self.prompt.toPlainText().strip(),

@@ -34,6 +34,9 @@ class EngineInfo:
         recognition is off (then only typed turns work).
     microphone, speakers_device: the device names; microphone None when none could be opened.
     conversation_id: the conversation turns are saved to; None until the first turn.
+    style_kind: what the model's instruct is: "style" (how the voice speaks: 1.7B CustomVoice),
+        "description" (the voice itself: VoiceDesign), or None when it takes none (0.6B) ...
+    style_unsupported: ... and then why, in the engine's words; "" otherwise.
     """
 
     speakers: tuple[str, ...]
@@ -46,6 +49,21 @@ class EngineInfo:
     microphone: str | None
     speakers_device: str
     conversation_id: int | None
+    style_kind: str | None = None
+    style_unsupported: str = ""
+
+
+def _style_kind(tts, language: str) -> tuple[str | None, str]:
+    """(EngineInfo.style_kind, style_unsupported) of a loaded TTS, by the engine's own rule (resolve_voice)."""
+    from engine.errors import InputTextError
+
+    if tts.config.model_type == "voice_design":
+        return "description", ""
+    try:
+        tts.resolve_voice(tts.default_speaker, language or "auto", "calm")
+    except InputTextError as e:
+        return None, str(e)
+    return "style", ""
 
 
 class _Engine:
@@ -99,6 +117,7 @@ class EngineWorker(QObject):
         barge_in(): speech was interrupted (by the user's voice or stop()).
         metrics(TurnMetrics, dict): a turn's figures and the recorder's summary {figure: Figure}.
         conversation_ended(): the conversation being saved to was deleted; the next turn starts a new one.
+        history_deleted(Problem | None): delete_history() finished: None, or why a file could not go.
         closed(): shutdown() finished; everything is closed.
     """
 
@@ -118,6 +137,7 @@ class EngineWorker(QObject):
     barge_in = Signal()
     metrics = Signal(object, object)
     conversation_ended = Signal()
+    history_deleted = Signal(object)
     closed = Signal()
 
     def __init__(self):
@@ -154,8 +174,8 @@ class EngineWorker(QObject):
         old, engine.config = engine.config, config
         conversation_id = engine.dialogue.conversation_id
         try:
-            if (old.speaker, old.language, old.silence_ms, old.tts_seed) != \
-                    (config.speaker, config.language, config.silence_ms, config.tts_seed):
+            if (old.speaker, old.language, old.style, old.silence_ms, old.tts_seed) != \
+                    (config.speaker, config.language, config.style, config.silence_ms, config.tts_seed):
                 self._rebuild_loop(engine, conversation_id)
             elif old.listen_mode != config.listen_mode:
                 engine.loop.set_mode(config.listen_mode)
@@ -233,8 +253,10 @@ class EngineWorker(QObject):
 
         engine.close_loop()
         config = engine.config
+        # a style stored for another model is kept in the settings but not used by one that takes none
+        style = (config.style or None) if _style_kind(engine.tts, config.language)[0] else None
         options = DialogueOptions(speaker=config.speaker or None, language=config.language or "auto",
-                                  tts_seed=config.tts_seed)
+                                  tts_seed=config.tts_seed, style=style)
         engine.dialogue = Dialogue(engine.chat, engine.tts, engine.player, engine.history, engine.transcriber,
                                    options=options, metrics=engine.metrics, conversation_id=conversation_id)
         # partials: the window shows the live transcript while the user speaks (a Whisper run per
@@ -263,12 +285,14 @@ class EngineWorker(QObject):
     def _info(self) -> EngineInfo:
         engine = self._engine
         tts = engine.tts
+        style_kind, style_unsupported = _style_kind(tts, engine.config.language)
         return EngineInfo(
             speakers=tuple(tts.speakers), languages=tuple(tts.languages), speaker=engine.dialogue.speaker,
             device=engine.device, tts_model=tts.folder, llm_model=engine.chat.model_path,
             stt_model=engine.transcriber.path if engine.transcriber else None,
             microphone=engine.microphone.device.name if engine.microphone else None,
             speakers_device=engine.player.device.name, conversation_id=engine.dialogue.conversation_id,
+            style_kind=style_kind, style_unsupported=style_unsupported,
         )
 
     # -- the conversation: the window's requests -------------------------------------------------------
@@ -338,6 +362,37 @@ class EngineWorker(QObject):
         if engine is not None and engine.dialogue is not None and engine.dialogue.conversation_id == conversation_id:
             self.new_conversation()
             self.conversation_ended.emit()
+
+    @Slot(object)
+    def delete_history(self, path: Path) -> None:
+        """Delete the history file (with -wal, -shm) once no connection of the engine is open on it; the
+        LLM forgets the conversation and the next turn starts a new one in a fresh file."""
+        from app.about_page import delete_history_files
+        from engine.errors import HistoryError
+        from engine.history import HistoryStore
+
+        engine = self._engine
+        if engine is not None:
+            engine.close_loop()  # no turn is being saved meanwhile
+            engine.history.close()
+        problem = None
+        try:
+            delete_history_files(path)
+        except HistoryError as e:
+            problem = problem_for(e, "deleting the history")
+        if engine is not None:
+            try:
+                engine.history = HistoryStore(engine.config.history_file or path)
+            except HistoryError as e:  # nowhere to save turns: reported like a failed load
+                self._close()
+                self.failed.emit(problem_for(e, "opening the history"))
+                self.history_deleted.emit(problem)
+                return
+            engine.chat.clear_history()
+            self._rebuild_loop(engine, None)
+        self.history_deleted.emit(problem)
+        if engine is not None:
+            self.ready.emit(self._info())
 
     @Slot()
     def shutdown(self) -> None:

@@ -38,12 +38,15 @@ class DialogueOptions:
     language: "auto" or one of the TTS model's languages.
     tts_seed: makes the speech reproducible (tests); None draws a seed per clause.
     clauses: where the reply breaks into clauses; ClauseOptions() when None.
+    style: the TTS's instruct for replies and say(): a speaking style (1.7B CustomVoice) or the voice
+        description (VoiceDesign); None for none (0.6B models take none).
     """
 
     speaker: str | None = None
     language: str = "auto"
     tts_seed: int | None = None
     clauses: ClauseOptions | None = None
+    style: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,8 @@ class _Speech:
 
     def _speak(self, clause: str) -> None:
         try:
-            stream = self._tts.stream(clause, self._speaker, self._options.language, seed=self._options.tts_seed)
+            stream = self._tts.stream(clause, self._speaker, self._options.language, instruct=self._options.style,
+                                      seed=self._options.tts_seed)
         except InputTextError as e:  # a clause the TTS cannot speak (nothing left once cleaned): skip it
             log.warning("skipping clause %r: %s", clause, e)
             return
@@ -206,7 +210,7 @@ class Dialogue:
         options: DialogueOptions() when None.
         metrics: where each turn's figures go; a new MetricsRecorder when None.
     Raises:
-        InputTextError: the speaker or language is not one the TTS model has.
+        InputTextError: the speaker or language is not one the TTS model has, or a style it takes none of.
     """
 
     def __init__(self, chat, tts, player, history: HistoryStore, transcriber=None, *,
@@ -221,7 +225,7 @@ class Dialogue:
         if tts.sample_rate_hz != TTS_RATE_HZ:
             raise ParleyError(f"the TTS model speaks at {tts.sample_rate_hz} Hz; the player takes {TTS_RATE_HZ} Hz")
         self.speaker = self.options.speaker or tts.default_speaker
-        tts.resolve_voice(self.speaker, self.options.language)  # a bad name fails here, not mid-turn
+        tts.resolve_voice(self.speaker, self.options.language, self.options.style)  # bad names fail here, not mid-turn
         self._lock = threading.Lock()
         self._current: _TurnState | None = None
         self._turns = 0

@@ -67,3 +67,31 @@ def test_the_null_sinks_devices_are_offered(qtbot, settings):
     outputs = [dialog.output.itemData(i) for i in range(dialog.output.count())]
     assert outputs == [""] + [d.name for d in list_devices("output")] and len(outputs) > 1
     assert dialog.input.count() == 1 + len(list_devices("input"))
+
+
+def test_the_style_field_is_offered_only_where_the_model_takes_a_style(qtbot, settings):
+    """A 1.7B CustomVoice model: "Speaking style" is editable and saved (spaces tidied); a VoiceDesign model
+    asks for a voice description; a 0.6B model, or none loaded, disables it and says why."""
+    from dataclasses import replace
+
+    settings.style = "whispering"
+    dialog = SettingsDialog(settings, replace(INFO, style_kind="style"))
+    qtbot.addWidget(dialog)
+    assert dialog.style.isEnabled() and dialog.style.text() == "whispering"
+    dialog.style.setText("  cheerful   and a little faster ")
+    with qtbot.waitSignal(dialog.saved):
+        dialog.save()
+    assert settings.style == "cheerful and a little faster"
+
+    design = SettingsDialog(settings, replace(INFO, style_kind="description"))
+    qtbot.addWidget(design)
+    form = design.style.parentWidget().layout()
+    assert design.style.isEnabled() and form.labelForField(design.style).text() == "Voice description"
+
+    reason = "this 0.6B model takes no speaking style; the 1.7B CustomVoice model does"
+    for info, why in ((replace(INFO, style_kind=None, style_unsupported=reason), reason),
+                      (None, "not loaded yet")):
+        plain = SettingsDialog(settings, info)
+        qtbot.addWidget(plain)
+        assert not plain.style.isEnabled() and why in plain.style_note.text()
+        assert plain.style.text() == "cheerful and a little faster"  # kept for a model that takes one

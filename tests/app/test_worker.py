@@ -35,7 +35,9 @@ class Harness:
 
         class Requests(QObject):
             load = Signal(object)
+            apply = Signal(object)
             send = Signal(str)
+            speak = Signal(str)
             shutdown = Signal()
 
         self.qtbot = qtbot
@@ -44,7 +46,9 @@ class Harness:
         self.worker.moveToThread(self.thread)
         self.requests = Requests()
         self.requests.load.connect(self.worker.load)
+        self.requests.apply.connect(self.worker.apply)
         self.requests.send.connect(self.worker.send)
+        self.requests.speak.connect(self.worker.speak)
         self.requests.shutdown.connect(self.worker.shutdown)
         self.progress = []
         self.worker.progress.connect(lambda step, done, total: self.progress.append((step, done, total)))
