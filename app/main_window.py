@@ -3,7 +3,7 @@
 A thin view: it owns an EngineWorker in a QThread (app/worker.py) and talks to it only through
 signals; what the engine says comes back as the worker's signals. Keys: hold Space to talk
 (push-to-talk, when the text box has no focus), Enter sends, Ctrl+Enter speaks the text as typed,
-Esc stops, Ctrl+M mutes, Ctrl+, opens the settings, Ctrl+H the history.
+Esc stops, Ctrl+M mutes, Ctrl+, opens the settings, Ctrl+H the history, F1 About Parley / Privacy.
 """
 
 from __future__ import annotations
@@ -121,6 +121,7 @@ class MainWindow(QMainWindow):
     open_requested = Signal(int)
     new_requested = Signal()
     deleted_requested = Signal(int)
+    forget_requested = Signal(object)  # Path of the history file to delete
     shutdown_requested = Signal()
 
     def __init__(self, settings: Settings, history_file=None, chat_options=None, parent: QWidget | None = None):
@@ -133,6 +134,8 @@ class MainWindow(QMainWindow):
         self.dialog: ErrorDialog | None = None  # the error dialog on screen, if any
         self.history_view = None  # made on first use, with the GUI thread's own HistoryStore
         self.models_page = None  # made on first use
+        self.about_page = None  # made on first use
+        self._history_was_open = False  # the history view was on screen when all history was deleted
         self._talking = False  # Space or the talk button is held
         self.setWindowTitle("Parley")
         self.resize(960, 640)
@@ -152,7 +155,6 @@ class MainWindow(QMainWindow):
         self.notice = NoticeBar()
         self.notice.action_chosen.connect(self._act)
         self.meter = LatencyMeter()
-        self.meter.setFixedWidth(280)
 
         self.talk_button = QPushButton("Hold to talk", objectName="talkButton")
         self.talk_button.setMinimumHeight(56)
@@ -174,6 +176,8 @@ class MainWindow(QMainWindow):
         self.message.send.connect(self._send)
         self.message.speak.connect(self._speak)
         self.send_button = QPushButton("Send", objectName="sendButton")
+        self.send_button.setDefault(True)  # the primary action: styled as such (QPushButton:default)
+        self.send_button.setToolTip("Ask Parley (Enter)")
         self.send_button.clicked.connect(lambda: self._take_text(self._send))
         self.speak_button = QPushButton("Speak", objectName="speakButton")
         self.speak_button.setToolTip("Speak the text as written, without asking the assistant (Ctrl+Enter)")
@@ -232,6 +236,8 @@ class MainWindow(QMainWindow):
         tools = self.menuBar().addMenu("&Settings")
         self.settings_action = action(tools, "&Settings…", self.open_settings, "Ctrl+,")
         self.models_action = action(tools, "&Models…", self.open_models)
+        help_menu = self.menuBar().addMenu("&Help")
+        self.about_action = action(help_menu, "&About Parley / Privacy", self.open_about, "F1")
 
     def _connect_worker(self) -> None:
         w = self.worker
@@ -247,6 +253,7 @@ class MainWindow(QMainWindow):
         self.open_requested.connect(w.open_conversation)
         self.new_requested.connect(w.new_conversation)
         self.deleted_requested.connect(w.conversation_deleted)
+        self.forget_requested.connect(w.delete_history)
         self.shutdown_requested.connect(w.shutdown)
         w.progress.connect(self._show_progress)
         w.ready.connect(self._engine_ready)
@@ -264,6 +271,7 @@ class MainWindow(QMainWindow):
         w.turn_failed.connect(self._turn_failed)
         w.metrics.connect(self.meter.show_turn)
         w.conversation_ended.connect(self.chat.clear)
+        w.history_deleted.connect(self._history_deleted)
 
     # -- the engine --------------------------------------------------------------------------------------
 
@@ -403,11 +411,11 @@ class MainWindow(QMainWindow):
         """The history window (app/history_view.py) over this thread's own connection to the store."""
         from app.history_view import HistoryView
         from engine.errors import HistoryError
-        from engine.history import HistoryStore, history_path
+        from engine.history import HistoryStore
 
         if self.history_view is None:
             try:
-                store = HistoryStore(self.history_file or history_path())
+                store = HistoryStore(self._history_path())
             except HistoryError as e:
                 self.show_problem(problem_for(e, "opening the history"))
                 return None
@@ -437,6 +445,61 @@ class MainWindow(QMainWindow):
     def _deleted(self, conversation_id: int) -> None:
         if self.info is not None:  # the worker starts afresh if it was saving to that one
             self.deleted_requested.emit(conversation_id)
+
+    def open_about(self):
+        """The About / Privacy window (app/about_page.py): what is stored where, licences, delete all history."""
+        from app.about_page import AboutPage
+
+        if self.about_page is None:
+            self.about_page = AboutPage(self.settings.store, self._history_path(), self)
+            self.about_page.setWindowFlag(Qt.WindowType.Window)
+            self.about_page.resize(760, 620)
+            self.about_page.delete_history.connect(self._delete_history)
+        else:
+            self.about_page.refresh()
+        self.about_page.show()
+        self.about_page.raise_()
+        return self.about_page
+
+    def _history_path(self):
+        from engine.history import history_path
+
+        return self.history_file or history_path()
+
+    def _delete_history(self) -> None:
+        """Close this thread's connection (the history view's), then have the worker delete the file once
+        its own is closed too; without a worker thread the file is deleted here."""
+        from app.about_page import delete_history_files
+        from engine.errors import HistoryError
+
+        if self.history_view is not None:
+            self._history_was_open = self.history_view.isVisible()
+            self.history_view.store.close()
+            self.history_view.close()
+            self.history_view.deleteLater()
+            self.history_view = None  # made again, over the new file, when next opened
+        if self._thread.isRunning():
+            self.forget_requested.emit(self._history_path())
+            return
+        try:
+            delete_history_files(self._history_path())
+        except HistoryError as e:
+            self._history_deleted(problem_for(e, "deleting the history"))
+            return
+        self._history_deleted(None)
+
+    def _history_deleted(self, problem) -> None:
+        if problem is not None:
+            self.show_problem(problem)
+        else:
+            self.chat.clear()
+            self.setWindowTitle("Parley")
+            self.statusBar().showMessage("All history deleted from this computer", 8000)
+        if self._history_was_open:
+            self._history_was_open = False
+            self.open_history()
+        if self.about_page is not None:
+            self.about_page.refresh()
 
     def open_settings(self):
         """The settings dialog; what it saves is applied at once where it can be (app/settings_dialog.py)."""

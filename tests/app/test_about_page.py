@@ -1,0 +1,161 @@
+"""The About / Privacy page on real widgets and a real SQLite history file: what it says is stored where,
+opening the folder, and deleting all history (asked first; the file, its -wal and -shm really go, and
+the History view shows the empty store)."""
+
+import sqlite3
+
+import pytest
+from PySide6.QtCore import QObject, Qt, QUrl, Slot
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import QLabel, QMessageBox, QPushButton
+
+from app.about_page import LICENSES, AboutPage, delete_history_files, parley_version
+from app.main_window import MainWindow
+from engine.history import HistoryStore, Turn
+
+SECRET = "my bank PIN is zebra-4711"  # what must not survive "Delete all history"
+
+
+def save_conversation(path, text=SECRET) -> int:
+    with HistoryStore(path) as store:
+        cid = store.new_conversation()
+        store.add_turn(cid, Turn("user", text))
+        store.add_turn(cid, Turn("assistant", "I will forget it when you ask."))
+    return cid
+
+
+def files_of(path):
+    return [path.with_name(path.name + suffix) for suffix in ("", "-wal", "-shm")]
+
+
+def bytes_on_disk(path) -> bytes:
+    return b"".join(f.read_bytes() for f in files_of(path) if f.exists())
+
+
+def page_text(page: AboutPage) -> str:
+    form = page.where
+    return "\n".join(form.itemAt(row, role).widget().text() for row in range(form.rowCount())
+                     for role in (form.ItemRole.LabelRole, form.ItemRole.FieldRole))
+
+
+@pytest.fixture
+def history_file(tmp_path):
+    return tmp_path / "data" / "parley" / "history" / "default.sqlite3"
+
+
+def test_the_page_says_where_this_machine_keeps_history_settings_and_models(qtbot, settings, history_file,
+                                                                              monkeypatch, tmp_path):
+    """History file (size), other profiles, the settings file, the model folders and caches are this machine's
+    real paths; the version and one line per licence are shown."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("PARLEY_MODELS", str(tmp_path / "models"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    page = AboutPage(settings.store, history_file)
+    qtbot.addWidget(page)
+    assert f"{history_file}\n(nothing saved yet)" in page_text(page)
+
+    save_conversation(history_file)
+    save_conversation(history_file.with_name("work.sqlite3"), "another profile")
+    page.refresh()
+    text = page_text(page)
+    assert "profile “default”" in text and "(SQLite)" in text and str(history_file) in text
+    assert str(history_file.with_name("work.sqlite3")) in text
+    assert settings.store.fileName() in text and str(tmp_path / "models") in text
+    assert str(constants.HF_HUB_CACHE) in text and str(tmp_path / "cache" / "parley") in text
+    assert "Chosen" not in text  # nothing chosen in these settings: the models are looked for
+    labels = "\n".join(label.text() for label in page.findChildren(QLabel))
+    assert f"Parley {parley_version()}" in labels and parley_version() != "unknown"
+    assert all(f"{name}: {licence}" in labels for name, licence in LICENSES)
+    assert "telemetry" in labels and "tests/test_offline.py" in labels
+
+
+class Desktop(QObject):
+    """Receives the file: URLs Qt would hand to the desktop's file manager."""
+
+    def __init__(self):
+        super().__init__()
+        self.opened = []
+
+    @Slot(QUrl)
+    def open(self, url: QUrl) -> None:
+        self.opened.append(url.toLocalFile())
+
+
+def test_open_the_folder_hands_the_history_folder_to_the_file_manager(qtbot, settings, history_file):
+    """The button asks the desktop to open the folder the history lives in (made first if need be)."""
+    desktop = Desktop()
+    QDesktopServices.setUrlHandler("file", desktop, "open")
+    try:
+        page = AboutPage(settings.store, history_file)
+        qtbot.addWidget(page)
+        page.open_button.click()
+    finally:
+        QDesktopServices.unsetUrlHandler("file")
+    assert desktop.opened == [str(history_file.parent)] and history_file.parent.is_dir()
+
+
+def test_cancel_keeps_every_conversation(qtbot, settings, history_file):
+    """Delete all history… asks first; Cancel (the default button) deletes nothing."""
+    cid = save_conversation(history_file)
+    page = AboutPage(settings.store, history_file)
+    qtbot.addWidget(page)
+    page.show()
+    with qtbot.assertNotEmitted(page.delete_history):
+        page.delete_button.click()
+        box = page.findChild(QMessageBox, "deleteAllConfirm")
+        assert box.isVisible() and str(history_file) in box.text()
+        assert box.defaultButton() is box.button(QMessageBox.StandardButton.Cancel)
+        box.defaultButton().click()
+    with HistoryStore(history_file) as store:
+        assert [c.id for c in store.list_conversations()] == [cid]
+
+
+def test_delete_all_history_removes_the_file_wal_and_shm_and_the_history_view_shows_it_empty(qtbot, settings,
+                                                                                           history_file):
+    """From the window (F1, no engine running): confirmed, the database and its -wal/-shm are deleted, not a
+    byte of the old conversation is left on disk, the open History view shows no conversations, the chat is
+    cleared."""
+    save_conversation(history_file)
+    window = MainWindow(settings, history_file=history_file)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    window.chat.add_user(SECRET)
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow)  # the menus' shortcuts act on the active window
+    qtbot.keyClick(window.chat, Qt.Key.Key_H, Qt.KeyboardModifier.ControlModifier)
+    assert window.history_view.list.count() == 1
+    assert all(f.exists() for f in files_of(history_file))  # WAL mode: an open connection has all three
+    assert SECRET.encode() in bytes_on_disk(history_file)
+
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow)
+    qtbot.keyClick(window.chat, Qt.Key.Key_F1)
+    page = window.about_page
+    assert page is not None and page.isVisible() and "(SQLite)" in page_text(page)
+    page.delete_button.click()
+    page.findChild(QMessageBox, "deleteAllConfirm").findChild(QPushButton, "confirmDeleteAll").click()
+
+    qtbot.waitUntil(lambda: window.history_view is not None and window.history_view.isVisible())
+    view = window.history_view
+    assert view.list.count() == 0 and view.empty.isVisibleTo(view)
+    assert SECRET.encode() not in bytes_on_disk(history_file)
+    with sqlite3.connect(history_file) as db:  # the view's new store made an empty one
+        assert db.execute("SELECT COUNT(*) FROM turns").fetchone() == (0,)
+    assert window.chat.bubbles == [] and "deleted" in window.statusBar().currentMessage()
+    assert "(SQLite)" in page_text(page)  # refreshed: it now lists the new, empty file
+
+
+def test_deleting_files_that_cannot_go_is_a_clear_error_and_keeps_the_database(history_file):
+    """A folder that refuses the deletion: HistoryError naming the file; the database itself stays whole."""
+    from engine.errors import HistoryError
+
+    cid = save_conversation(history_file)
+    wal = history_file.with_name(history_file.name + "-wal")
+    wal.mkdir()  # a directory where the -wal file would be: unlink() fails on it, as on a locked file
+    with pytest.raises(HistoryError, match="-wal: cannot delete it"):  # unlink() of a folder fails, for root too
+        delete_history_files(history_file)
+    wal.rmdir()
+    with HistoryStore(history_file) as store:
+        assert [c.id for c in store.list_conversations()] == [cid]
