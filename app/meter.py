@@ -102,10 +102,11 @@ class RollingChart(QWidget):
         top = max(finite) * 1.1 or 1.0
         area = QRectF(self.rect()).adjusted(4, 4, -4, -4)
         step = area.width() / max(CHART_TURNS - 1, 1)
+        painter.setPen(colors.color(QPalette.ColorRole.PlaceholderText))
+        painter.drawText(area, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop, format_figure(top, "ms"))
+        accent = QColor(colors.color(QPalette.ColorRole.Highlight))
         for name, dash in zip(CHARTED, (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine)):
-            pen = QPen(QColor(colors.color(QPalette.ColorRole.Highlight)), 2, dash)
-            painter.setPen(pen)
-            path, drawing = QPainterPath(), False
+            path, drawing, points = QPainterPath(), False, []
             values = self.series[name]
             first_x = area.right() - step * (len(values) - 1)
             for i, value in enumerate(values):
@@ -114,8 +115,15 @@ class RollingChart(QWidget):
                     continue
                 point = QPointF(first_x + i * step, area.bottom() - area.height() * value / top)
                 path.lineTo(point) if drawing else path.moveTo(point)
+                points.append(point)
                 drawing = True
+            painter.setPen(QPen(accent, 2, dash))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.drawPath(path)
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(accent)
+            for point in points:  # a turn between gaps is a dot, not an invisible line of one point
+                painter.drawEllipse(point, 3, 3)
 
 
 class LatencyMeter(QWidget):
@@ -128,6 +136,10 @@ class LatencyMeter(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("latencyMeter")
+        # a plain QWidget paints no style-sheet background (the card) without this
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground)
+        # as wide as its longest label and figures need, never narrower: "LLM first token" is not cut
+        self.setSizePolicy(QSizePolicy.Policy.Minimum, QSizePolicy.Policy.Preferred)
         grid = QGridLayout()
         grid.setHorizontalSpacing(10)
         for column, heading in enumerate(("", "last", "p50", "p95")):

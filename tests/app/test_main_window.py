@@ -216,3 +216,28 @@ def test_a_missing_model_opens_the_models_page_at_once(window, qtbot):
     page.hide()
     window.notice.button.click()
     assert page.isVisible()
+
+
+def test_the_meters_labels_fit_at_the_smallest_window_size_and_its_card_is_painted(window, qtbot):
+    """At the window's minimum size, with five-digit figures, every label of the meter ("LLM first token",
+    each value) gets the width its text needs; the meter paints its style-sheet card; Send is the default."""
+    from PySide6.QtWidgets import QLabel
+
+    from app.meter import SHOWN
+
+    ready(window)
+    figures = {name: 12345.0 for name, _, unit in SHOWN if unit == "ms"}
+    recorder = MetricsRecorder()
+    recorder.record(TurnMetrics(turn=0, tts_rtf=10.5, **figures))
+    window.worker.metrics.emit(TurnMetrics(turn=0, tts_rtf=10.5, **figures), recorder.summary())
+    qtbot.waitUntil(lambda: window.meter.values["llm_ttft_ms"][0].text() == "12345 ms")
+    QApplication.processEvents()  # the layouts take the longer texts' sizes
+    window.resize(window.minimumSizeHint())
+    qtbot.waitUntil(lambda: window.size() == window.minimumSizeHint())
+    QApplication.processEvents()
+    labels = window.meter.findChildren(QLabel)
+    assert "LLM first token" in [label.text() for label in labels]
+    cut = [label.text() for label in labels if label.width() < label.sizeHint().width()]
+    assert cut == []
+    assert window.meter.testAttribute(Qt.WidgetAttribute.WA_StyledBackground)
+    assert window.send_button.isDefault()
