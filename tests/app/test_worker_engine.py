@@ -28,6 +28,7 @@ class Requests(QObject):
     press = Signal()
     release = Signal()
     mute = Signal(bool)
+    forget = Signal(object)
     shutdown = Signal()
 
 
@@ -48,7 +49,7 @@ def engine(qapp, base_config, request):
     for name, slot in (("load", worker.load), ("apply", worker.apply), ("send", worker.send), ("speak", worker.speak),
                        ("stop", worker.stop), ("open", worker.open_conversation), ("new", worker.new_conversation),
                        ("press", worker.press), ("release", worker.release), ("mute", worker.set_muted),
-                       ("shutdown", worker.shutdown)):
+                       ("forget", worker.delete_history), ("shutdown", worker.shutdown)):
         getattr(requests, name).connect(slot)
     progress, ready, failed = collect(worker.progress), collect(worker.ready), collect(worker.failed)
     bot = QtBot(request)  # pytest-qt's qtbot is per test; this one waits for the module's load
@@ -182,3 +183,27 @@ def test_asking_for_the_gpu_on_a_machine_without_one_runs_on_the_cpu_with_a_noti
     (problem,) = [p for (p,) in notices if "GPU" in p.headline]
     assert problem.action == "settings" and "CPU" in problem.headline
     assert ready[0][0].device == "cpu"
+
+
+def test_deleting_all_history_removes_the_file_and_the_next_turn_is_saved_afresh(engine, qtbot, base_config):
+    """delete_history(): the worker closes its connection, the file with -wal/-shm goes (not a byte of what was
+    said is left), and the next turn is saved as the one conversation of a fresh file."""
+    from engine.history import HistoryStore
+
+    worker, requests, _, _ = engine
+    path = base_config.history_file
+    secret = "The vault code is seven seven four."
+    emitted(qtbot, worker.turn_finished, requests.speak, secret)
+
+    def on_disk() -> bytes:
+        return b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
+
+    assert secret.encode() in on_disk()
+    ready = collect(worker.ready)
+    assert emitted(qtbot, worker.history_deleted, requests.forget, path) == (None,)
+    qtbot.waitUntil(lambda: bool(ready), timeout=TURN_S * 1000)
+    assert ready[-1][0].conversation_id is None and secret.encode() not in on_disk()
+    (result,) = emitted(qtbot, worker.turn_finished, requests.speak, "Hello again.")
+    with HistoryStore(path) as store:
+        (conversation,) = store.list_conversations()
+        assert [t.text for t in store.open_conversation(conversation.id).turns] == ["Hello again."]
