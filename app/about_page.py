@@ -100,6 +100,7 @@ class AboutPage(QWidget):
         self.setWindowTitle("About Parley")
         self.where = QFormLayout()
         self.where.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        self.where.setLabelAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         self.open_button = QPushButton("Open the history folder", objectName="openHistoryFolder")
         self.open_button.clicked.connect(self.open_folder)
         self.delete_button = QPushButton("Delete all history…", objectName="deleteAllHistory")
@@ -164,7 +165,9 @@ class AboutPage(QWidget):
         for kind, title, key in (("tts", "Speech model", "models/tts"), ("stt", "Speech recognition", "models/stt"),
                                  ("llm", "Language model", "models/llm")):
             found = locate(kind, str(self.settings.value(key, "") or ""))
-            rows.append((title, found.where if found.path is not None else f"not found ({found.where})"))
+            # the engine's reason is long (it holds the download command): the Models page shows it whole
+            rows.append((title, found.where if found.path is not None else
+                         "not found on this computer; Settings > Models… finds or downloads it"))
         rows.append(("Downloaded models", str(models_dir())))
         hub = Path(constants.HF_HUB_CACHE)
         rows.append(("Hugging Face cache", f"{hub}" + ("" if hub.exists() else " (not used on this computer)")))

@@ -139,6 +139,7 @@ class MainWindow(QMainWindow):
         self._talking = False  # Space or the talk button is held
         self.setWindowTitle("Parley")
         self.resize(960, 640)
+        self.setMinimumHeight(480)  # below this the conversation shows barely two bubbles
         self._build()
         self._build_menus()
 

@@ -86,8 +86,8 @@ class SettingsDialog(QDialog):
             self.style.setPlaceholderText("What the voice sounds like, e.g. a warm, low, calm voice")
             self.style_note.setText("This model makes its voice from your description.")
         elif kind == "style":
-            self.style.setPlaceholderText("How to speak, e.g. cheerful and a little faster; empty for plain")
-            self.style_note.setText("Used from Parley's next reply on.")
+            self.style.setPlaceholderText("How to speak, e.g. cheerful and a little faster")
+            self.style_note.setText("Used from Parley's next reply on; empty for a plain voice.")
         else:
             self.style_note.setText("Not available: " + (info.style_unsupported if info else
                                                          "the speech model has not loaded yet."))
