@@ -19,3 +19,8 @@ class AudioDeviceError(ParleyError):
 
 class HistoryError(ParleyError):
     """The conversation history database cannot be read or written (locked, disk full, corrupt)."""
+
+
+class GPUUnavailableError(ParleyError):
+    """The GPU cannot run a model (there is none, or it ran out of memory); the message says what Parley
+    does instead (the CPU). Reported as a notice: the conversation goes on."""

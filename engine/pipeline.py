@@ -75,11 +75,16 @@ class TurnHooks:
     reply(text): the reply so far, each time it grows; on the turn's thread.
     clause(text, index): that clause's first sample was handed to the device (index 0, 1, ... in
         speaking order); on a watcher thread of the turn, from the player's frame counters.
+    notice(error): something went wrong that the turn got past, for the user to know (a ParleyError):
+        a HistoryError (the database is locked or the disk full: the turn is kept in memory and saved
+        with a later one) or a GPUUnavailableError (the GPU ran out of memory: the TTS moved to the
+        CPU and started the clause again); on the turn's thread or its speech thread.
     """
 
     heard: Callable[[str], None] | None = None
     reply: Callable[[str], None] | None = None
     clause: Callable[[str, int], None] | None = None
+    notice: Callable[[ParleyError], None] | None = None
 
 
 class _Speech:
@@ -90,9 +95,9 @@ class _Speech:
     """
 
     def __init__(self, tts, player, options: DialogueOptions, speaker: str | None,
-                 gate: threading.Lock, stopped: threading.Event):
+                 gate: threading.Lock, stopped: threading.Event, notice: Callable[[ParleyError], None]):
         self._tts, self._player, self._options, self._speaker = tts, player, options, speaker
-        self._gate, self._stopped = gate, stopped
+        self._gate, self._stopped, self._notice = gate, stopped, notice
         self._clauses: queue.SimpleQueue[str | None] = queue.SimpleQueue()  # None ends the turn
         self._stream = None  # the TTSStream being spoken; cancelled by stop()
         self.spoken: list[tuple[str, int]] = []  # (clause, the player's frames_written after its last chunk)
@@ -141,7 +146,7 @@ class _Speech:
         self._stream = stream
         if self._stopped.is_set():  # stop() may have looked for a stream before this one existed
             stream.cancel()
-        last = None
+        last, noticed = None, False
         for chunk in stream:
             with self._gate:
                 if self._stopped.is_set():
@@ -150,6 +155,9 @@ class _Speech:
                     self.starts.append((clause, self._player.stats().frames_written))
                 self._player.write(chunk.pcm)
                 end = self._player.stats().frames_written
+            if stream.notice is not None and not noticed:  # the TTS moved to the CPU mid-clause
+                self._notice(stream.notice)
+                noticed = True
             if self.ttfc_ms is None:
                 self.ttfc_ms = (chunk.t_ready - stream.t_start) * 1000.0
             self.audio_samples += chunk.pcm.size
@@ -229,6 +237,7 @@ class Dialogue:
         self._lock = threading.Lock()
         self._current: _TurnState | None = None
         self._turns = 0
+        self._unsaved: list[Turn] = []  # turns waiting for the history to create their conversation
 
     # -- turns -----------------------------------------------------------------------------------
 
@@ -318,11 +327,12 @@ class Dialogue:
               stt_ms: float | None = None, llm: bool = True) -> TurnResult:
         """Speaks the LLM's reply to user_text (llm=False: user_text itself), then saves and measures it."""
         reply = self.chat.stream_reply(user_text, cancel=state.stopped) if llm else None  # validates first
+        notice = hooks.notice or (lambda error: None)
         if llm:
-            self._save(Turn("user", user_text))
+            self._save(Turn("user", user_text), notice)
         self._first_playback_event()  # events of earlier turns must not end this one's voice-to-voice
         before = self.player.stats()
-        speech = _Speech(self.tts, self.player, self.options, self.speaker, state.gate, state.stopped)
+        speech = _Speech(self.tts, self.player, self.options, self.speaker, state.gate, state.stopped, notice)
         state.reply, state.speech = reply, speech
         watcher = None
         if hooks.clause is not None:
@@ -403,7 +413,7 @@ class Dialogue:
             self.chat.history = self.chat.history + [{"role": "assistant", "content": heard_text}]
         if reply_text.strip():
             self._save(Turn("assistant", reply_text, heard_text=heard_text if interrupted else None,
-                            interrupted=interrupted, metrics=metrics.as_dict()))
+                            interrupted=interrupted, metrics=metrics.as_dict()), notice)
         if error is not None:
             raise error
         return TurnResult(user_text if llm else "", reply_text, heard_text, interrupted, metrics)
@@ -456,12 +466,16 @@ class Dialogue:
             return None
         return (first.t_first_sample - speech_end) * 1000.0
 
-    def _save(self, turn: Turn) -> None:
-        # a history write that fails is kept pending by the store and retried with the next turn:
-        # the conversation goes on, so it is logged rather than raised
+    def _save(self, turn: Turn, notice: Callable[[ParleyError], None]) -> None:
+        # A write that fails is kept in memory and retried with the next turn: the conversation goes on,
+        # so the error is a notice, not raised. The store keeps the turns of a conversation it has;
+        # until it could create one, they wait here.
+        self._unsaved.append(turn)
         try:
             if self.conversation_id is None:
                 self.conversation_id = self.history.new_conversation()
-            self.history.add_turn(self.conversation_id, turn)
+            while self._unsaved:
+                self.history.add_turn(self.conversation_id, self._unsaved.pop(0))  # the store keeps it if it fails
         except HistoryError as e:
             log.warning("%s", e)
+            notice(e)

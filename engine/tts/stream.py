@@ -8,6 +8,7 @@ one frame of codec decode.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -19,7 +20,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from engine.errors import ModelFilesError
+from engine.errors import GPUUnavailableError, ModelFilesError
 from engine.models import redownload_advice
 from engine.tts.checkpoint import load_weights
 from engine.tts.codec import load_codec
@@ -54,13 +55,16 @@ class TTSStream:
 
     Leaving the loop (break, close(), an exception) stops at the next frame; another thread stops it
     with cancel(). `t_start` is when the text was handed over (the TTFC origin); `seed` reproduces it.
+    `notice` is None, or the GPUUnavailableError saying that the GPU ran out of memory and the engine
+    moved to the CPU; the segment that was speaking then started again from its first frame.
     """
 
     def __init__(self, run, seed: int):
         self.seed = seed
         self.t_start = time.perf_counter()
+        self.notice: GPUUnavailableError | None = None
         self._cancelled = threading.Event()
-        self._chunks = run(self._cancelled)
+        self._chunks = run(self._cancelled, self)
 
     def __iter__(self) -> Iterator[Chunk]:
         return self
@@ -122,6 +126,23 @@ class TTSEngine:
         """
         return self.prompts.resolve(speaker, language, instruct)
 
+    def move_to_cpu(self) -> None:
+        """Reload the checkpoint on the CPU (float32) in place, and free the GPU's copy of the model.
+
+        For a GPU that ran out of memory: a stream does it itself (see TTSStream.notice), and whoever holds
+        this engine speaks on the CPU from then on. Another stream running on the GPU at the time fails.
+
+        Raises:
+            ModelFilesError: the checkpoint can no longer be read; the engine stays as it was.
+        """
+        cpu = load_tts(self.folder, "cpu")
+        self.__dict__.update(cpu.__dict__)
+        # a failed stream's GPU state may sit in a reference cycle (frames of its traceback): collect it
+        # so that empty_cache() returns the memory to the driver, for other programs
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
     def stream(self, text: str, speaker: str | None = None, language: str | None = "auto", *,
                instruct: str | None = None, seed: int | None = None, sampling: SamplingOptions | None = None,
                whole_text: bool | None = None, chunk_frames: int = 4) -> TTSStream:
@@ -151,21 +172,38 @@ class TTSEngine:
         sampling = sampling or self.default_sampling
         whole_text = self.config.model_type == "custom_voice" if whole_text is None else whole_text
 
-        def run(cancelled: threading.Event) -> Iterator[Chunk]:
+        def run(cancelled: threading.Event, stream: TTSStream) -> Iterator[Chunk]:
             codec = self.codec.stream()
             size = 1
             for index, segment in enumerate(segments):
-                frames = self._frames(segment, voice, seed ^ (index * 0x9E3779B9 & 0xFFFFFFFF), sampling,
-                                      whole_text, cancelled, chunk_frames)
-                pending = []
-                for codes in frames:
-                    pending.append(codes)
-                    if len(pending) == size:
-                        yield self._chunk(codec, pending, index)
-                        pending, size = [], chunk_frames
-                if pending and not cancelled.is_set():  # a cancelled stream yields nothing more
-                    yield self._chunk(codec, pending, index)
-                    size = chunk_frames
+                while True:  # once more on the CPU if the GPU runs out of memory
+                    try:
+                        frames = self._frames(segment, voice, seed ^ (index * 0x9E3779B9 & 0xFFFFFFFF), sampling,
+                                              whole_text, cancelled, chunk_frames)
+                        pending = []
+                        for codes in frames:
+                            pending.append(codes)
+                            if len(pending) == size:
+                                yield self._chunk(codec, pending, index)
+                                pending, size = [], chunk_frames
+                        if pending and not cancelled.is_set():  # a cancelled stream yields nothing more
+                            yield self._chunk(codec, pending, index)
+                            size = chunk_frames
+                        break
+                    except torch.OutOfMemoryError as e:
+                        if stream.notice is not None:  # already moved: the CPU cannot do better
+                            raise
+                        reason = str(e).split("\n")[0]
+                    # outside the except clause, whose traceback holds the GPU state of the failed frames.
+                    # The whole segment starts again: its first words are heard twice, none are missed.
+                    frames = pending = codes = None
+                    log.warning("the GPU ran out of memory while speaking (%s); moving the speech model to the CPU",
+                                reason)
+                    self.move_to_cpu()
+                    stream.notice = GPUUnavailableError(
+                        f"the GPU ran out of memory while speaking ({reason}); Parley speaks on the CPU from now "
+                        "on (slower) and started the sentence again")
+                    codec = self.codec.stream()
                 if cancelled.is_set():
                     return
 
