@@ -36,6 +36,8 @@ mk::StackParams make_stack(torch::Tensor layers, std::vector<int64_t> dims, doub
   const int64_t H = dims[0], I = dims[1], NH = dims[2], NKV = dims[3], D = dims[4];
   expect(layers, "layers", torch::kInt64, -1);
   TORCH_CHECK(layers.dim() == 2 && layers.size(1) == 11, "layers must be int64 (num_layers, 11)");
+  TORCH_CHECK(layers.size(0) <= mk::kMaxLayers, "at most ", mk::kMaxLayers, " layers, got ", layers.size(0));
+  TORCH_CHECK(dims[0] <= mk::kMaxNormed, "hidden size ", dims[0], " exceeds the kernel's ", mk::kMaxNormed);
   TORCH_CHECK(H % 8 == 0 && I % 8 == 0 && D % 8 == 0 && NH % NKV == 0, "sizes must be multiples of 8, heads of kv_heads");
   expect(final_norm, "final_norm", torch::kBFloat16, H);
   expect(x, "x", torch::kFloat32, H);
@@ -87,6 +89,8 @@ mk::FrameParams make_frames(const mk::StackParams& talker, const mk::StackParams
                             c10::optional<torch::Tensor> proj_b, torch::Tensor logits, torch::Tensor talker_in,
                             torch::Tensor predictor_in, torch::Tensor predictor_src) {
   mk::FrameParams p{};
+  TORCH_CHECK(talker.num_layers + predictor.num_layers <= mk::kMaxLayers, "at most ", mk::kMaxLayers,
+              " layers in the talker and the code predictor together");
   p.talker = talker;
   p.predictor = predictor;
   TORCH_CHECK(codec_head.dim() == 2 && codec_head.size(1) == talker.hidden, "codec_head must be (vocab, talker hidden)");
@@ -183,6 +187,21 @@ int64_t plan_frame_blocks(mk::FrameParams p, int64_t capacity) {
   return plan(mk::frame_coresident_blocks, mk::frame_shared_bytes(p), "frame");
 }
 
+// Record the grid barriers of the launches that follow into trace (int64 (n, 3): tag, arrive ns,
+// leave ns; see common.cuh), or stop (None); returns how many the previous buffer got.
+int64_t set_trace(c10::optional<torch::Tensor> trace) {
+  int count = 0;
+  MK_CHECK_CUDA(mk::trace_count(&count));
+  if (trace.has_value() && trace->defined()) {
+    expect(*trace, "trace", torch::kInt64, -1);
+    TORCH_CHECK(trace->dim() == 2 && trace->size(1) == 3, "trace must be int64 (n, 3)");
+    MK_CHECK_CUDA(mk::set_trace(ptr<unsigned long long>(*trace), static_cast<int>(trace->size(0))));
+  } else {
+    MK_CHECK_CUDA(mk::set_trace(nullptr, 0));
+  }
+  return count;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -193,5 +212,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decoder_step", &decoder_step, "one decode step of a Qwen3 decoder stack in one persistent launch");
   m.def("run_frames", &run_frames, "whole decode frames (talker, codec head, sampling, code predictor) in one launch");
   m.def("plan_step_blocks", &plan_step_blocks, "co-resident blocks for a decoder-step launch");
+  m.def("set_trace", &set_trace, "record the following launches' grid barriers (bench/megakernel_trace.py)");
   m.def("plan_frame_blocks", &plan_frame_blocks, "co-resident blocks for a frame launch");
 }

@@ -1,10 +1,12 @@
-// Shared device helpers: 16-byte bf16 loads, warp/block reductions, the grid-wide matvec.
+// Shared device helpers: 16-byte bf16 loads, warp/block reductions, the grid-wide matvec, the traced barrier.
 // reference: engine/tts/model.py (the ops these build are checked against it, see tests/tts/test_megakernel.py)
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cooperative_groups.h>
 #include <cstdint>
+
+#include "params.h"
 
 namespace mk {
 
@@ -111,9 +113,77 @@ __device__ __forceinline__ void grid_matvec(int rows, int K, const float* x, Row
   }
 }
 
+// --- barrier trace -----------------------------------------------------------------------------------
+// Off unless set_trace (megakernel.cu) points it at a buffer; then block 0 records, for each grid
+// barrier, its tag and the %globaltimer (ns) when the block arrives and when it leaves
+// (bench/megakernel_trace.py reads it).
+enum Tag : int {  // stack stages A..E are base + 0..4
+  kTalker = 0, kPredictor = 8, kCodecHead = 16, kCodecPick, kPredictorHead, kPredictorPick, kEmbedding,
+  kFrameEnd, kProjection, kLaunch  // kLaunch: a launch's start (arrive = leave)
+};
+
+struct Trace {
+  unsigned long long* slots;  // (capacity, 3): tag, arrive, leave
+  int capacity, count;
+};
+__device__ Trace g_trace;
+
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ void trace_stamp(int tag, unsigned long long arrive) {
+  if (g_trace.count < g_trace.capacity) {
+    unsigned long long* s = g_trace.slots + 3 * g_trace.count++;
+    s[0] = tag, s[1] = arrive, s[2] = now_ns();
+  }
+}
+
+// At a kernel's start: the trace's mark that a launch begins.
+__device__ __forceinline__ void trace_launch() {
+  if (blockIdx.x == 0 && threadIdx.x == 0 && g_trace.slots != nullptr) trace_stamp(kLaunch, now_ns());
+}
+
+// grid.sync(), traced when a buffer is set.
+__device__ __forceinline__ void barrier(cg::grid_group& grid, int tag) {
+  const bool traced = blockIdx.x == 0 && g_trace.slots != nullptr;  // uniform in the block
+  unsigned long long arrive = 0;
+  if (traced) {
+    __syncthreads();
+    arrive = now_ns();
+  }
+  grid.sync();
+  if (traced && threadIdx.x == 0) trace_stamp(tag, arrive);
+}
+
 // Copy n fp32 values from global into shared memory (whole block).
 __device__ __forceinline__ void load_shared(float* dst, const float* src, int n) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+  __syncthreads();
+}
+
+// dst <- RMSNorm(src) * w in shared memory, src n fp32 in global memory: the vector's and the norm
+// weights' loads are issued together, so a stage waits for one round trip, not two.
+__device__ __forceinline__ void load_normed(float* dst, const float* src, const __nv_bfloat16* w, int n, float eps,
+                                            float* scratch) {
+  constexpr int per_thread = kMaxNormed / kThreads;
+  float v[per_thread], g[per_thread], ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < per_thread; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    v[j] = i < n ? src[i] : 0.f;
+    g[j] = i < n ? __bfloat162float(w[i]) : 0.f;
+  }
+#pragma unroll
+  for (int j = 0; j < per_thread; ++j) ss += v[j] * v[j];
+  const float scale = rsqrtf(block_sum(ss, scratch) / n + eps);
+#pragma unroll
+  for (int j = 0; j < per_thread; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    if (i < n) dst[i] = v[j] * scale * g[j];
+  }
   __syncthreads();
 }
 

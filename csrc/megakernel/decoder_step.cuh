@@ -138,7 +138,8 @@ __device__ void attention_head(const StackParams& p, const LayerWeights& w, int 
 }
 
 // The step: afterwards (a grid barrier passed) p.x holds the residual stream of the new position.
-__device__ void stack_step(const StackParams& p, int pos, const float* x_in, float* smem, float* scratch) {
+// `tag` names its barriers in the trace (kTalker or kPredictor).
+__device__ void stack_step(const StackParams& p, int pos, const float* x_in, float* smem, float* scratch, int tag) {
   cg::grid_group grid = cg::this_grid();
   const int H = p.hidden, D = p.head_dim, NH = p.num_heads, NKV = p.num_kv_heads, I = p.intermediate;
   const int q_rows = NH * D, kv_rows = NKV * D;
@@ -146,8 +147,7 @@ __device__ void stack_step(const StackParams& p, int pos, const float* x_in, flo
     const LayerWeights w = p.layers[l];
     const float* residual = l == 0 ? x_in : p.x;
     // A
-    load_shared(smem, residual, H);
-    rmsnorm_shared(smem, w.input_norm, H, p.eps, scratch);
+    load_normed(smem, residual, w.input_norm, H, p.eps, scratch);
     grid_matvec(
         q_rows + 2 * kv_rows, H, smem,
         [&](int r) {
@@ -155,18 +155,17 @@ __device__ void stack_step(const StackParams& p, int pos, const float* x_in, flo
                             : (r < q_rows + kv_rows ? row_of(w.k, r - q_rows, H) : row_of(w.v, r - q_rows - kv_rows, H));
         },
         [&](int r, float d) { p.qkv[r] = d; });
-    grid.sync();
+    barrier(grid, tag + 0);
     // B
     for (int h = blockIdx.x; h < NH; h += gridDim.x) attention_head(p, w, l, pos, h, smem, scratch);
-    grid.sync();
+    barrier(grid, tag + 1);
     // C
     load_shared(smem, p.attn, NH * D);
     grid_matvec(H, NH * D, smem, [&](int r) { return row_of(w.o, r, NH * D); },
                 [&](int r, float d) { p.x[r] = residual[r] + d; });
-    grid.sync();
+    barrier(grid, tag + 2);
     // D: gate and up rows of one index go to the same warp, so SiLU(g) * u needs no exchange
-    load_shared(smem, p.x, H);
-    rmsnorm_shared(smem, w.post_norm, H, p.eps, scratch);
+    load_normed(smem, p.x, w.post_norm, H, p.eps, scratch);
     grid_matvec(
         2 * I, H, smem, [&](int r) { return row_of(r % 2 ? w.up : w.gate, r / 2, H); },
         [&](int r, float d) {
@@ -174,18 +173,17 @@ __device__ void stack_step(const StackParams& p, int pos, const float* x_in, flo
           if (r % 2 == 0) p.mlp[r / 2] = d / (1.0f + __expf(-d));
           else p.mlp[r / 2] *= d;
         });
-    grid.sync();
+    barrier(grid, tag + 3);
     // E
     load_shared(smem, p.mlp, I);
     grid_matvec(H, I, smem, [&](int r) { return row_of(w.down, r, I); }, [&](int r, float d) { p.x[r] += d; });
-    grid.sync();
+    barrier(grid, tag + 4);
   }
 }
 
 // Every block: smem <- final_norm(p.x), the stack's output for the step just taken.
 __device__ __forceinline__ void final_norm_shared(const StackParams& p, float* smem, float* scratch) {
-  load_shared(smem, p.x, p.hidden);
-  rmsnorm_shared(smem, p.final_norm, p.hidden, p.eps, scratch);
+  load_normed(smem, p.x, p.final_norm, p.hidden, p.eps, scratch);
 }
 
 }  // namespace mk

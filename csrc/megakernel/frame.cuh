@@ -151,7 +151,7 @@ __device__ const float* predictor_input(const FrameParams& p, const float* src, 
   load_shared(smem, src, H);
   grid_matvec(p.predictor.hidden, H, smem, [&](int r) { return row_of(p.proj_w, r, H); },
               [&](int r, float d) { p.predictor_in[r] = d + __bfloat162float(p.proj_b[r]); });
-  grid.sync();
+  barrier(grid, kProjection);
   return p.predictor_in;
 }
 
@@ -160,10 +160,11 @@ __device__ const float* predictor_input(const FrameParams& p, const float* src, 
 // *slot is visible to every block.
 template <typename Prepare>
 __device__ int64_t head_and_pick(const __nv_bfloat16* W, int vocab, int K, PickParams pp, uint32_t key,
-                                 int64_t* slot, float* smem, PickScratch& s, const FrameParams& p, Prepare prepare) {
+                                 int64_t* slot, float* smem, PickScratch& s, const FrameParams& p, int tag,
+                                 Prepare prepare) {
   cg::grid_group grid = cg::this_grid();
   grid_matvec(vocab, K, smem, [&](int r) { return row_of(W, r, K); }, [&](int r, float d) { p.logits[r] = d; });
-  grid.sync();
+  barrier(grid, tag);
   if (blockIdx.x == 0) {
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) smem[i] = __ldcg(p.logits + i);
     __syncthreads();
@@ -172,7 +173,7 @@ __device__ int64_t head_and_pick(const __nv_bfloat16* W, int vocab, int K, PickP
     if (threadIdx.x == 0) *slot = code;
     __syncthreads();
   }
-  grid.sync();
+  barrier(grid, tag + 1);
   return __ldcg(slot);
 }
 
@@ -184,7 +185,7 @@ __device__ void frames_body(const FrameParams& p, float* smem, float* scratch, P
     const int frame = p.frame0 + f;
     int64_t* codes = p.codes + static_cast<int64_t>(f) * G;
     if (f > 0 || p.advance_first) {
-      stack_step(p.talker, pos++, p.talker_in, smem, scratch);
+      stack_step(p.talker, pos++, p.talker_in, smem, scratch, kTalker);
       final_norm_shared(p.talker, smem, scratch);
       if (blockIdx.x == 0)  // the predictor's first input, read after the next barrier
         for (int i = threadIdx.x; i < H; i += blockDim.x) p.hidden[i] = smem[i];
@@ -194,7 +195,7 @@ __device__ void frames_body(const FrameParams& p, float* smem, float* scratch, P
     // codebook 0: codec head, repetition penalty over the codes so far, suppress mask, EOS held back
     // until min_frames (sampling.py Sampler.talker)
     const int64_t code0 = head_and_pick(
-        p.codec_head, p.talker_vocab, H, p.talker_pick, draw_key(p.seed, frame, 0), codes, smem, s, p,
+        p.codec_head, p.talker_vocab, H, p.talker_pick, draw_key(p.seed, frame, 0), codes, smem, s, p, kCodecHead,
         [&](float* v) {
           const float penalty = p.repetition_penalty;
           for (int i = threadIdx.x; i < p.talker_vocab; i += blockDim.x) {
@@ -214,16 +215,16 @@ __device__ void frames_body(const FrameParams& p, float* smem, float* scratch, P
       embedding_row(p, 0, code0, p.predictor_src);  // the predictor's second input
     }
     // codebooks 1..15: prefill [hidden, embedding of code 0] as two single-token passes, then one pass a code
-    stack_step(p.predictor, 0, predictor_input(p, p.hidden, smem), smem, scratch);
+    stack_step(p.predictor, 0, predictor_input(p, p.hidden, smem), smem, scratch, kPredictor);
     for (int g = 1; g < G; ++g) {
-      stack_step(p.predictor, g, predictor_input(p, p.predictor_src, smem), smem, scratch);
+      stack_step(p.predictor, g, predictor_input(p, p.predictor_src, smem), smem, scratch, kPredictor);
       final_norm_shared(p.predictor, smem, scratch);
       const int64_t code = head_and_pick(
           reinterpret_cast<const __nv_bfloat16*>(p.predictor_heads[g - 1]), p.predictor_vocab, p.predictor.hidden,
-          p.predictor_pick, draw_key(p.seed, frame, g), codes + g, smem, s, p, [](float*) {});
+          p.predictor_pick, draw_key(p.seed, frame, g), codes + g, smem, s, p, kPredictorHead, [](float*) {});
       if (g + 1 < G) {
         if (blockIdx.x == 0) embedding_row(p, g, code, p.predictor_src);
-        grid.sync();
+        barrier(grid, kEmbedding);
       }
     }
     // the next talker step's input: the 16 codebook embeddings + this frame's text-track input
@@ -234,7 +235,7 @@ __device__ void frames_body(const FrameParams& p, float* smem, float* scratch, P
         p.talker_in[i] = sum + p.text_inputs[static_cast<int64_t>(f) * H + i];
       }
     }
-    if (f + 1 < p.frames) grid.sync();
+    if (f + 1 < p.frames) barrier(grid, kFrameEnd);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.frames_done = p.frames;
 }

@@ -6,21 +6,49 @@
 
 namespace mk {
 
+// The kernels read their parameters and layer tables from shared-memory copies: a layer's weight and
+// norm pointers are then one shared load away, not a global round trip at the head of every stage.
+__device__ __forceinline__ void copy_layers(LayerWeights* dst, const LayerWeights* src, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+
 // One token through one stack; block 0 writes the final-normed state to `out`.
-__global__ void __launch_bounds__(kThreads, 1) decoder_step_kernel(StackParams p, int pos, const float* x_in, float* out) {
+__global__ void __launch_bounds__(kThreads, 1)
+    decoder_step_kernel(StackParams params, int pos, const float* x_in, float* out) {
   extern __shared__ float smem[];
   __shared__ float scratch[kWarps];
-  stack_step(p, pos, x_in, smem, scratch);
+  __shared__ StackParams p;
+  __shared__ LayerWeights layers[kMaxLayers];
+  trace_launch();
+  copy_layers(layers, params.layers, params.num_layers);
+  if (threadIdx.x == 0) {
+    p = params;
+    p.layers = layers;
+  }
+  __syncthreads();
+  stack_step(p, pos, x_in, smem, scratch, kTalker);
   if (blockIdx.x == 0) {
     final_norm_shared(p, smem, scratch);
     for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) out[i] = smem[i];
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 1) frames_kernel(FrameParams p) {
+__global__ void __launch_bounds__(kThreads, 1) frames_kernel(FrameParams params) {
   extern __shared__ float smem[];
   __shared__ float scratch[kWarps];
   __shared__ PickScratch pick_scratch;
+  __shared__ FrameParams p;
+  __shared__ LayerWeights layers[kMaxLayers];
+  trace_launch();
+  const int talker_layers = params.talker.num_layers;
+  copy_layers(layers, params.talker.layers, talker_layers);
+  copy_layers(layers + talker_layers, params.predictor.layers, params.predictor.num_layers);
+  if (threadIdx.x == 0) {
+    p = params;
+    p.talker.layers = layers;
+    p.predictor.layers = layers + talker_layers;
+  }
+  __syncthreads();
   frames_body(p, smem, scratch, pick_scratch);
 }
 
@@ -71,6 +99,18 @@ cudaError_t launch_frames(const FrameParams& p, int blocks, cudaStream_t stream)
   void* args[] = {const_cast<FrameParams*>(&p)};
   return cudaLaunchCooperativeKernel(reinterpret_cast<void*>(frames_kernel), dim3(blocks), dim3(kThreads), args,
                                      frame_shared_bytes(p), stream);
+}
+
+cudaError_t set_trace(unsigned long long* slots, int capacity) {
+  const Trace t{slots, capacity, 0};
+  return cudaMemcpyToSymbol(g_trace, &t, sizeof t);
+}
+
+cudaError_t trace_count(int* count) {
+  Trace t;
+  const cudaError_t e = cudaMemcpyFromSymbol(&t, g_trace, sizeof t);
+  *count = t.count;
+  return e;
 }
 
 }  // namespace mk

@@ -9,6 +9,9 @@
 
 namespace mk {
 
+constexpr int kMaxNormed = 2048;  // widest vector the kernels normalize (the 1.7B talker's hidden)
+constexpr int kMaxLayers = 40;    // talker + predictor layers a launch holds (28 + 5 in both published sizes)
+
 struct LayerWeights {  // pointers into the engine's own parameters; no copies
   const __nv_bfloat16 *q, *k, *v, *o, *gate, *up, *down;
   const __nv_bfloat16 *input_norm, *post_norm, *q_norm, *k_norm;
@@ -70,5 +73,8 @@ cudaError_t frame_coresident_blocks(size_t smem, int* blocks);
 cudaError_t launch_decoder_step(const StackParams& p, int pos, const float* x_in, float* out, int blocks,
                                 cudaStream_t stream);
 cudaError_t launch_frames(const FrameParams& p, int blocks, cudaStream_t stream);
+// The barrier trace (common.cuh): slots (capacity, 3) or null to stop; the count of barriers recorded.
+cudaError_t set_trace(unsigned long long* slots, int capacity);
+cudaError_t trace_count(int* count);
 
 }  // namespace mk

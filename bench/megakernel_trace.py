@@ -1,0 +1,109 @@
+"""Where a megakernel frame's time goes: every grid barrier of a run, timed on the device.
+
+The kernel's barrier trace (csrc/megakernel/common.cuh) has block 0 stamp %globaltimer when it arrives
+at each grid barrier and when it leaves. A stage's time is from leaving the barrier before it to
+leaving its own; "block 0 waits" is the part block 0 spent at the barrier (the rest of the grid still
+working, or the barrier itself). Frames run as the engine runs them (sampled, `--per-launch` a launch);
+the frame time without the trace is measured in the same run, so the trace's own cost shows.
+
+    python bench/megakernel_trace.py --size 0.6b
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.tts import SamplingOptions, load_tts  # noqa: E402
+from engine.tts.sampling import Sampler  # noqa: E402
+from engine.tts.testing import write_checkpoint  # noqa: E402
+
+TEXT = "Parley speaks while it thinks, one frame of sixteen codes every eighty milliseconds."
+STAGES = "ABCDE"
+TAGS = {16: "codec head", 17: "codec pick", 18: "predictor heads", 19: "predictor picks", 20: "embedding rows",
+        21: "frame end", 22: "projection"}
+LAUNCH = 23
+
+
+def tag_name(tag: int) -> str:
+    if tag < 8:
+        return f"talker {STAGES[tag]}"
+    if tag < 16:
+        return f"predictor {STAGES[tag - 8]}"
+    return TAGS[tag]
+
+
+def run_frames(tts, frames: int, per_launch: int):
+    """Frames from a fresh prompt, as FrameKernel.run makes them; returns the launches' CUDA-event ms."""
+    prompts, talker = tts.prompts, tts.config.talker
+    inputs = prompts.build(prompts.text_ids(TEXT), tts.resolve_voice(tts.default_speaker), True, tts.device)
+    sampler = Sampler(SamplingOptions(), 0, talker.decoder.vocab_size, talker.codec_eos_id, tts._suppress,
+                      min_frames=10**9)
+    state = tts.model.begin(inputs.prefill.to(tts.dtype), frames + 1)
+    it = tts.model.frame_kernel.run(state, sampler, inputs, frames + 1, threading.Event(), per_launch)
+    next(it)  # the first launch has no talker step
+    times = []
+    for _ in range(frames // per_launch):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(per_launch):
+            next(it)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / per_launch)
+    it.close()
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", default="0.6b")
+    parser.add_argument("--frames", type=int, default=64)
+    parser.add_argument("--per-launch", type=int, default=4)
+    parser.add_argument("--cache", default=".cache/bench")
+    args = parser.parse_args()
+    folder = Path(args.cache) / args.size
+    if not (folder / "config.json").exists():
+        write_checkpoint(folder, args.size, seed=0)
+    tts = load_tts(folder, device="cuda", megakernel=True)
+    module = tts.model.frame_kernel.module
+    run_frames(tts, 8, args.per_launch)  # warm-up
+    plain = run_frames(tts, args.frames, args.per_launch)
+    trace = torch.zeros((args.frames * 1024, 3), dtype=torch.int64, device="cuda")
+    module.set_trace(trace)
+    traced = run_frames(tts, args.frames, args.per_launch)
+    count = module.set_trace(None)
+    rows = trace[:count].cpu().numpy()
+    per_tag = defaultdict(lambda: ([], []))  # tag -> (stage ns, block-0 wait ns)
+    for prev, row in zip(rows[:-1], rows[1:]):
+        if row[0] == LAUNCH:
+            continue
+        per_tag[int(row[0])][0].append(row[2] - prev[2])
+        per_tag[int(row[0])][1].append(row[2] - row[1])
+    rows = rows[rows[:, 0] != LAUNCH]
+    frames = int((rows[:, 0] == 17).sum())  # one codebook-0 pick a frame (the first launch's included)
+    total = sum(sum(v[0]) for v in per_tag.values()) / frames / 1e6  # ms
+    print(f"\n{torch.cuda.get_device_name()}, {args.size} bf16, {frames} frames traced, {args.per_launch} a launch; "
+          f"frame {np.median(plain):.3f} ms p50 untraced, {np.median(traced):.3f} ms traced; "
+          f"{len(rows) / frames:.0f} barriers a frame\n")
+    print("| stage | a frame | p50 us | p95 us | block 0 waits p50 us | ms a frame | share |")
+    print("|---|---|---|---|---|---|---|")
+    for tag in sorted(per_tag):
+        stage, wait = (np.array(v) / 1e3 for v in per_tag[tag])
+        ms = stage.sum() / frames / 1e3
+        print(f"| {tag_name(tag)} | {len(stage) / frames:.0f} | {np.median(stage):.1f} | {np.percentile(stage, 95):.1f} "
+              f"| {np.median(wait):.1f} | {ms:.3f} | {100 * ms / total:.0f}% |")
+    print(f"| all | {len(rows) / frames:.0f} | | | | {total:.3f} | 100% |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
