@@ -115,14 +115,14 @@ def speech(text: str, folder: Path) -> np.ndarray:
     return soxr.resample(audio, rate, USER_RATE_HZ).astype(np.float32)
 
 
-def tts_checkpoint(args, folder: Path) -> Path:
-    if args.model:
-        return Path(args.model)
+def random_checkpoint(folder: Path, size: str, max_frames: int) -> Path:
+    """A random-weight TTS checkpoint of `size` in the official layout under `folder`, each clause capped
+    at `max_frames` frames (random weights rarely emit EOS). Also used by bench/soak.py."""
     from engine.tts.testing import write_checkpoint
 
-    path = write_checkpoint(folder / args.size, args.size, seed=0)
+    path = write_checkpoint(folder / size, size, seed=0)
     config = path / "generation_config.json"
-    config.write_text(json.dumps({**json.loads(config.read_text()), "max_new_tokens": args.max_frames + 1}))
+    config.write_text(json.dumps({**json.loads(config.read_text()), "max_new_tokens": max_frames + 1}))
     return path
 
 
@@ -158,7 +158,8 @@ def run(args, pulse: Pulse, work: Path) -> int:
     from engine.voice import TurnFailed, TurnFinished, VoiceLoop, VoiceOptions
 
     t0 = time.perf_counter()
-    tts = load_tts(tts_checkpoint(args, work), device=args.device)
+    checkpoint = Path(args.model) if args.model else random_checkpoint(work, args.size, args.max_frames)
+    tts = load_tts(checkpoint, device=args.device)
     chat = ChatModel(bundled_model_path(), ChatOptions(n_ctx=2048, max_tokens=48, temperature=0.0,
                                                        n_threads=args.llm_threads,
                                                        n_gpu_layers=None if args.device == "cuda" else 0))
