@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from engine.errors import AudioDeviceError, HistoryError, InputTextError, ModelFilesError, ParleyError
+from engine.errors import (AudioDeviceError, GPUUnavailableError, HistoryError, InputTextError, ModelFilesError,
+                           ParleyError)
 
 ACTIONS = {"models": "Open Models…", "settings": "Open Settings…"}
 
@@ -59,6 +60,10 @@ def problem_for(error: BaseException, doing: str) -> Problem:
     if isinstance(error, HistoryError):
         return Problem("The conversation history cannot be saved", detail,
                        "Free some disk space; the conversation goes on and is saved when it can be.")
+    if isinstance(error, GPUUnavailableError):
+        return Problem("The GPU is not available; Parley is using the CPU", detail,
+                       "Replies may be slower; the conversation goes on. Close other programs using the GPU, "
+                       "or choose the CPU in Settings to stop this message.", "settings")
     if isinstance(error, InputTextError):
         return Problem("Parley cannot use that", detail, "Change the text or the voice and try again.")
     if isinstance(error, ParleyError):

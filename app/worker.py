@@ -104,7 +104,8 @@ class EngineWorker(QObject):
         ready(EngineInfo): loading (or applying settings) finished; the conversation can start.
         failed(Problem): loading failed; nothing runs until load() is asked again.
         notice(Problem): something the user should know that does not stop the conversation
-            (GPU missing -> CPU; no microphone -> typed turns only).
+            (GPU missing or out of memory -> CPU; no microphone -> typed turns only; the history
+            cannot be written yet -> kept and saved later).
         level(float): the microphone's RMS level in dBFS, about 10 a second.
         state_changed(str): "listening", "hearing", "thinking", "speaking", "idle" or "muted".
         speech_started(): the user started speaking.
@@ -199,13 +200,14 @@ class EngineWorker(QObject):
         from engine.llm.chat import DEFAULT_SYSTEM_PROMPT, ChatModel, ChatOptions, bundled_model_path
         from engine.metrics import MetricsRecorder
 
+        from engine.errors import GPUUnavailableError
+
         has_cuda = torch.cuda.is_available()
         engine.device = "cuda" if config.device in ("auto", "cuda") and has_cuda else "cpu"
         if config.device == "cuda" and not has_cuda:
-            self.notice.emit(Problem(
-                "No usable GPU: Parley runs on the CPU", "The settings ask for the GPU (CUDA), but torch "
-                f"finds no CUDA device (torch {torch.__version__}).",
-                "Choose CPU or Auto in Settings to stop this message; replies may be slower.", "settings"))
+            self.notice.emit(problem_for(GPUUnavailableError(
+                f"the settings ask for the GPU (CUDA), but torch {torch.__version__} finds no CUDA device"),
+                "loading the models"))
         chat_options = config.chat_options or ChatOptions()
         if engine.device == "cpu":
             chat_options = replace(chat_options, n_gpu_layers=0)
@@ -218,6 +220,11 @@ class EngineWorker(QObject):
         from engine.tts import load_tts
 
         engine.tts = load_tts(find_tts_model(config.tts_model or None), device=engine.device)
+        if engine.tts.device.type != engine.device:  # the GPU had no room: load_tts fell back to the CPU
+            engine.device = "cpu"
+            self.notice.emit(problem_for(GPUUnavailableError(
+                "the GPU has no room for the speech model; it runs on the CPU (see the log for the GPU's error)"),
+                "loading the speech model"))
 
         self._advance()
         from engine.stt import Transcriber, TranscriberOptions
@@ -431,3 +438,5 @@ class EngineWorker(QObject):
             self.turn_failed.emit(problem_for(event.error, "answering"))
         elif kind is voice.BargeIn:
             self.barge_in.emit()
+        elif kind is voice.Notice:  # the history cannot be written yet, or the TTS moved to the CPU
+            self.notice.emit(problem_for(event.error, "speaking"))

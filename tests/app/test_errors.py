@@ -3,7 +3,7 @@
 from PySide6.QtWidgets import QMessageBox
 
 from app.errors import ErrorDialog, problem_for
-from engine.errors import AudioDeviceError, HistoryError, InputTextError, ModelFilesError
+from engine.errors import AudioDeviceError, GPUUnavailableError, HistoryError, InputTextError, ModelFilesError
 
 
 def test_each_kind_of_failure_points_to_the_page_that_fixes_it():
@@ -19,6 +19,14 @@ def test_each_kind_of_failure_points_to_the_page_that_fixes_it():
     assert problem_for(HistoryError("disk full"), "answering").action is None
     other = problem_for(KeyError("rian"), "answering")
     assert other.detail == "KeyError: 'rian'" and other.action is None
+
+
+def test_the_gpu_falling_back_to_the_cpu_says_so_and_leads_to_the_settings():
+    """A GPUUnavailableError (no GPU, or it ran out of memory mid-reply) is a notice that Parley uses the CPU."""
+    error = GPUUnavailableError("the GPU ran out of memory while speaking; Parley speaks on the CPU from now on")
+    problem = problem_for(error, "speaking")
+    assert problem.headline == "The GPU is not available; Parley is using the CPU"
+    assert problem.detail == str(error) and problem.action == "settings" and "goes on" in problem.advice
 
 
 def test_torch_out_of_memory_is_recognised_without_importing_torch_here():

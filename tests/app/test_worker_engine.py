@@ -207,3 +207,22 @@ def test_deleting_all_history_removes_the_file_and_the_next_turn_is_saved_afresh
     with HistoryStore(path) as store:
         (conversation,) = store.list_conversations()
         assert [t.text for t in store.open_conversation(conversation.id).turns] == ["Hello again."]
+
+
+def test_a_locked_history_is_a_notice_and_the_turn_is_saved_once_it_is_free(engine, qtbot, base_config):
+    """Another program holding the history file while a turn ends: notice() carries the HistoryError (the bar,
+    not a dialog), the turn still finishes, and it is written with the next turn once the file is free."""
+    from engine.history import HistoryStore
+    from tests.test_history_faults import locked
+
+    worker, requests, _, _ = engine
+    notices = collect(worker.notice)
+    with locked(base_config.history_file):
+        emitted(qtbot, worker.turn_finished, requests.speak, "Said while locked.")
+    (problem,) = [p for (p,) in notices]
+    assert problem.headline == "The conversation history cannot be saved" and problem.action is None
+    assert str(base_config.history_file) in problem.detail and "locked" in problem.detail
+    emitted(qtbot, worker.turn_finished, requests.speak, "Said after.")
+    with HistoryStore(base_config.history_file) as store:
+        texts = [t.text for c in store.list_conversations() for t in store.open_conversation(c.id).turns]
+    assert texts.count("Said while locked.") == 1 and texts.index("Said while locked.") < texts.index("Said after.")
