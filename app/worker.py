@@ -381,7 +381,10 @@ class EngineWorker(QObject):
         engine = self._engine
         if engine is not None:
             engine.close_loop()  # no turn is being saved meanwhile
-            engine.history.close()
+            try:
+                engine.history.close()
+            except HistoryError:  # turns it could not save were to be deleted with the rest
+                pass
         problem = None
         try:
             delete_history_files(path)

@@ -2,7 +2,7 @@
 
 The pipeline adds each turn as it ends, so a crash loses nothing already said; the app lists, reopens,
 deletes and exports conversations. A turn that cannot be written (database locked, disk full) is kept
-in memory and written before the next one, or by `retry_pending()`.
+in memory and written before the next one, by `retry_pending()`, or at `close()`.
 """
 
 from __future__ import annotations
@@ -142,6 +142,7 @@ class HistoryStore:
         self.path = Path(path)
         self.timeout_s = timeout_s
         self._pending: list[tuple[int, Turn]] = []  # turns not yet written, oldest first
+        self._closed = False
         self._lock = threading.RLock()  # one call at a time: a transaction never interleaves with another
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -173,8 +174,26 @@ class HistoryStore:
     # -- lifetime
 
     def close(self):
-        """Close the file; turns still pending (unwritten) are lost, so call retry_pending() first."""
-        self._db.close()
+        """Write the pending turns (one more try), then close the file. Safe to call twice.
+
+        Raises:
+            HistoryError: the pending turns still cannot be written (locked, disk full); the message
+                says how many. The file is closed anyway; `pending` still holds them.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self.retry_pending()
+            except HistoryError as e:
+                n = len(self._pending)
+                raise HistoryError(
+                    f"{self.path}: {n} turn{'s' if n != 1 else ''} could not be saved before closing "
+                    f"({e.__cause__ or e}); another program holds the file or the disk is full"
+                ) from e
+            finally:
+                self._db.close()
 
     def __enter__(self) -> HistoryStore:
         return self

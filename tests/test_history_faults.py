@@ -165,3 +165,32 @@ def test_the_voice_loop_reports_the_locked_history_as_a_notice(dialogue):
     assert events.index(notice[0]) < next(i for i, e in enumerate(events) if isinstance(e, TurnFinished))
     dialogue.say("Goodbye.")
     assert [text for _, _, text in turns_in_file(dialogue.history.path)] == ["Say hello.", "Goodbye."]
+
+
+def test_closing_saves_the_turns_held_while_the_file_was_locked(tmp_path):
+    """Turns held back by another program's lock are written by close() once the lock is gone."""
+    path = tmp_path / "history.sqlite3"
+    history = HistoryStore(path, timeout_s=0.2)
+    cid = history.new_conversation()
+    with locked(path):
+        with pytest.raises(HistoryError, match="locked"):
+            history.add_turn(cid, Turn("user", "Held back."))
+    history.close()
+    assert turns_in_file(path) == [(cid, "user", "Held back.")]
+
+
+def test_closing_while_still_locked_says_how_many_turns_were_not_saved(tmp_path):
+    """close() while another program still holds the lock raises a HistoryError naming the file and the two
+    unsaved turns (which stay in `pending`); the file is closed all the same."""
+    path = tmp_path / "history.sqlite3"
+    history = HistoryStore(path, timeout_s=0.2)
+    cid = history.new_conversation()
+    with locked(path):
+        for text in ("First.", "Second."):
+            with pytest.raises(HistoryError):
+                history.add_turn(cid, Turn("user", text))
+        with pytest.raises(HistoryError, match=r"2 turns could not be saved before closing.*locked") as closing:
+            history.close()
+    assert str(path) in str(closing.value) and [t.text for _, t in history.pending] == ["First.", "Second."]
+    history.close()  # closed already: nothing more to try
+    assert turns_in_file(path) == []
