@@ -146,6 +146,7 @@ def main(argv=None) -> int:
     parser.add_argument("--silence-ms", type=int, default=700, help="the endpointer's end-of-turn pause")
     parser.add_argument("--max-growth-mb", type=float, default=50.0, help="RSS growth allowed after the warm-up")
     parser.add_argument("--timeout-s", type=float, default=180.0, help="longest wait for one turn")
+    parser.add_argument("--whisper", help="a CTranslate2 Whisper folder (default: the bundled base)")
     args = parser.parse_args(argv)
     if not 1 <= args.warm_up < args.turns:
         parser.error(f"--warm-up must be in 1..turns-1 ({args.turns - 1}), got {args.warm_up}")
@@ -193,7 +194,7 @@ def soak(args, pulse: Pulse, work: Path, out: Path, stop: threading.Event) -> di
     tts = load_tts(random_checkpoint(work, "tiny", args.max_frames), device="cpu")
     chat = ChatModel(bundled_model_path(), ChatOptions(n_ctx=args.n_ctx, max_tokens=args.max_tokens, temperature=0.0,
                                                        n_threads=1, n_gpu_layers=0))
-    transcriber = Transcriber(None, TranscriberOptions(device="cpu", cpu_threads=2))
+    transcriber = Transcriber(args.whisper, TranscriberOptions(device="cpu", cpu_threads=2))
     vad = SileroVad()
     voices = {s.line: speech(s.line, work) for s in steps if s.spoken}
     # each part runs once before the baseline, so the threads and buffers they keep are in it
