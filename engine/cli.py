@@ -5,6 +5,7 @@ with --text a typed one; each reply is printed and spoken, its figures on stderr
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
@@ -172,7 +173,22 @@ def _voice_chat(dialogue, args, about: str) -> int:
     return 0
 
 
+def _show_warnings() -> None:
+    """Engine warnings (no GPU or no room on it, so the CPU is used) go to stderr as 'parley: warning: ...'.
+
+    Unconfigured, Python prints them only through its last-resort handler, which a library setting up
+    the root logger silences; so the engine's logger gets a handler of its own (once per process).
+    """
+    engine_log = logging.getLogger("engine")
+    if not engine_log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("parley: warning: %(message)s"))
+        handler.setLevel(logging.WARNING)
+        engine_log.addHandler(handler)
+
+
 def main(argv=None) -> int:
+    _show_warnings()
     parser = argparse.ArgumentParser(prog="parley", description="Parley: a private, offline voice assistant.")
     commands = parser.add_subparsers(dest="command", required=True)
     say = commands.add_parser("say", help="speak text on the speakers, or into a WAV file")

@@ -64,6 +64,20 @@ def test_say_names_an_output_device_that_does_not_exist(sound_server, short_chec
     assert done.returncode == 2 and "no-such-speaker" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_say_on_a_gpu_that_is_not_there_warns_on_the_terminal_and_speaks_on_the_cpu(short_checkpoint, tmp_path):
+    """--device cuda where torch sees no CUDA device: the engine's CPU-fallback warning is printed on stderr
+    (logging left unconfigured by the command would hide it) and the speech is made on the CPU."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+    out = tmp_path / "hi.wav"
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "say", "Hi.", "--model", str(short_checkpoint),
+                           "--device", "cuda", "--seed", "1", "--out", str(out)], env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert ("parley: warning: device 'cuda' was asked for, but this machine has no usable CUDA GPU; using the CPU\n"
+            in done.stderr)
+    assert " on cpu in " in done.stderr and out.stat().st_size > 44  # more than a WAV header
+
+
 class Chat:
     """`parley chat ARGS` running in the background; its output lines arrive on queues as they are printed."""
 
