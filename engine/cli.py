@@ -117,6 +117,7 @@ def _typed_chat(dialogue, about: str) -> int:
         text = line.strip()
         if not text:
             break
+        _reopen_speakers(dialogue.player)
         try:
             result = dialogue.text_turn(text)
         except ParleyError as e:  # one failed turn does not end the conversation
@@ -127,11 +128,26 @@ def _typed_chat(dialogue, about: str) -> int:
     return 0
 
 
+def _reopen_speakers(player) -> None:
+    """Lost speakers are tried again before each typed turn (the voice loop does it by itself)."""
+    from engine.errors import AudioDeviceError
+
+    if player.lost is None:
+        return
+    try:
+        player.reopen()
+    except AudioDeviceError as e:
+        print(f"parley: {e}", file=sys.stderr, flush=True)
+    else:
+        print(f"parley: the speakers are back: output device {player.device.name!r}", file=sys.stderr, flush=True)
+
+
 def _voice_chat(dialogue, args, about: str) -> int:
     """The microphone conversation until Ctrl-C; push-to-talk: Enter starts and ends each turn, Ctrl-D quits."""
     from engine.audio import Microphone
     from engine.stt.vad import Mode, VadOptions
-    from engine.voice import BargeIn, Heard, TurnFailed, TurnFinished, VoiceLoop, VoiceOptions
+    from engine.voice import (BargeIn, DeviceLost, DeviceRestored, Heard, TurnFailed, TurnFinished, VoiceLoop,
+                              VoiceOptions)
 
     def show(event):
         if isinstance(event, Heard):
@@ -139,7 +155,7 @@ def _voice_chat(dialogue, args, about: str) -> int:
         elif isinstance(event, TurnFinished):
             print(f"parley: {event.result.reply_text}", flush=True)
             print(_figures(event.result.metrics), file=sys.stderr, flush=True)
-        elif isinstance(event, TurnFailed):
+        elif isinstance(event, (TurnFailed, DeviceLost, DeviceRestored)):
             print(f"parley: {event.message}", file=sys.stderr, flush=True)
         elif isinstance(event, BargeIn):
             print("  [interrupted]", file=sys.stderr, flush=True)

@@ -17,6 +17,15 @@ class AudioDeviceError(ParleyError):
     """An audio device is missing, busy, or was lost."""
 
 
+class AudioDeviceLostError(AudioDeviceError):
+    """A device that was working stopped (unplugged, or the sound server quit). kind is "output" (the
+    speakers) or "input" (the microphone); the voice loop opens it again by itself once it is back."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
+
+
 class HistoryError(ParleyError):
     """The conversation history database cannot be read or written (locked, disk full, corrupt)."""
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.errors import AudioDeviceError, ParleyError
+from engine.errors import AudioDeviceError, AudioDeviceLostError, ParleyError
 from engine.pipeline import Dialogue, TurnHooks, TurnResult
 from engine.stt.vad import BLOCK_SAMPLES, SAMPLE_RATE_HZ, Endpointer, Mode, SileroVad, SpeechStart, VadOptions
 from engine.subscribers import Subscribers
@@ -29,8 +29,9 @@ from engine.subscribers import Subscribers
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "BargeIn", "Heard", "Level", "Mode", "Notice", "Partial", "ReplyText", "SpeakingClause", "SpeechStarted",
-    "StateChanged", "TurnFailed", "TurnFinished", "VadOptions", "VoiceLoop", "VoiceOptions",
+    "BargeIn", "DeviceLost", "DeviceRestored", "Heard", "Level", "Mode", "Notice", "Partial", "ReplyText",
+    "SpeakingClause", "SpeechStarted", "StateChanged", "TurnFailed", "TurnFinished", "VadOptions", "VoiceLoop",
+    "VoiceOptions",
 ]  # fmt: skip
 
 STATES = ("listening", "hearing", "thinking", "speaking", "idle", "muted")
@@ -108,6 +109,26 @@ class Notice:
 
 
 @dataclass(frozen=True)
+class DeviceLost:
+    """The speakers (kind "output") or the microphone ("input") stopped: unplugged, or the sound server quit.
+    A turn that was speaking fails (TurnFailed; what was heard is saved); an utterance being heard becomes
+    a turn with what was said so far. The loop opens the device again every options.device_retry_ms
+    and emits DeviceRestored when it works. message is for the user; error is the AudioDeviceLostError."""
+
+    kind: str
+    message: str
+    error: AudioDeviceLostError
+
+
+@dataclass(frozen=True)
+class DeviceRestored:
+    """The device of DeviceLost works again (the same one, opened anew); message is for the user."""
+
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
 class BargeIn:
     """Parley's speech was cut off: the user spoke or pressed the key over it, or stop() was called."""
 
@@ -136,6 +157,8 @@ class VoiceOptions:
     partials: emit Partial transcripts while the user speaks (costs Whisper runs on the CPU).
     partial_interval_ms: new audio between two partial transcripts.
     level_interval_ms: audio per Level event.
+    device_retry_ms: how often a lost speaker or microphone is opened again (and, while all is well,
+        how often the idle loop looks at the speakers); each try is one PortAudio open.
     """
 
     mode: Mode = Mode.HANDS_FREE
@@ -144,6 +167,7 @@ class VoiceOptions:
     partials: bool = False
     partial_interval_ms: int = 800
     level_interval_ms: int = 100
+    device_retry_ms: int = 1000
 
     def __post_init__(self):
         try:
@@ -151,7 +175,7 @@ class VoiceOptions:
         except ValueError:
             choices = ", ".join(m.value for m in Mode)
             raise ValueError(f"unknown mode {self.mode!r}; choose one of: {choices}") from None
-        for name in ("partial_interval_ms", "level_interval_ms"):
+        for name in ("partial_interval_ms", "level_interval_ms", "device_retry_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -218,6 +242,7 @@ class VoiceLoop:
         self._pressed = False
         self._muted = False
         self._mic_lost = False
+        self._speakers_lost = False  # DeviceLost("output") was emitted; only the turn worker touches it
         self._stop_turn = False  # a barge-in came for the turn now running (or about to)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()  # None ends the worker
         self._commands: queue.SimpleQueue[tuple] = queue.SimpleQueue()  # for the listening thread
@@ -384,8 +409,13 @@ class VoiceLoop:
         pos = 0
         try:
             while not self._closing.is_set():
-                self._run_commands(ep, captured)
-                block = self.microphone.read(0.1)
+                try:
+                    self._run_commands(ep, captured)
+                    block = self.microphone.read(0.1)
+                except AudioDeviceLostError as e:
+                    if not self._microphone_back(e, ep, captured):
+                        return  # closed while it was lost
+                    continue
                 if block is None:
                     continue
                 captured.append((pos, block.t_captured))
@@ -408,13 +438,31 @@ class VoiceLoop:
                         utterance.append(block.pcm)
                         if len(utterance) % partial_blocks == 0:
                             self._offer_partial(np.concatenate(utterance))
-        except AudioDeviceError as e:  # the microphone is gone: typed turns still work
+        except AudioDeviceError as e:  # the microphone cannot be used: typed turns still work
             self._update(mic_lost=True, hearing=False)
             self._emit(TurnFailed(str(e), e))
         except Exception as e:
             log.exception("the listening thread failed")
             self._update(mic_lost=True, hearing=False)
             self._emit(TurnFailed(_message(e), e))
+
+    def _microphone_back(self, error: AudioDeviceLostError, ep: Endpointer, captured) -> bool:
+        """The microphone was lost: what was being said becomes a turn, and the microphone is opened again
+        every options.device_retry_ms. True once it works again, False when the loop closes first."""
+        turn = ep.flush(reason="device-lost")
+        if turn is not None:
+            self._queue_voice(turn, captured, turn_end=time.perf_counter())
+        self._update(mic_lost=True, hearing=False, pressed=False)
+        self._emit(DeviceLost("input", str(error), error))
+        while not self._closing.wait(self.options.device_retry_ms / 1000):
+            try:
+                self.microphone.reopen()
+            except AudioDeviceError:
+                continue
+            self._update(mic_lost=False)
+            self._emit(DeviceRestored("input", f"the microphone is back: input device {self.microphone.device.name!r}"))
+            return True
+        return False
 
     def _run_commands(self, ep: Endpointer, captured) -> None:
         while True:
@@ -491,7 +539,11 @@ class VoiceLoop:
 
     def _work(self) -> None:
         while True:
-            job = self._jobs.get()
+            try:
+                job = self._jobs.get(timeout=self.options.device_retry_ms / 1000)
+            except queue.Empty:
+                self._check_speakers()
+                continue
             if job is None or self._closing.is_set():
                 return
             self._update(phase="thinking")
@@ -507,6 +559,25 @@ class VoiceLoop:
                 with self._lock:
                     self._stop_turn = False
                     self._update(phase=None)
+            self._check_speakers()  # a turn that lost them announces it at once
+
+    def _check_speakers(self) -> None:
+        """Announces speakers that were lost (DeviceLost) and, on each later call while they are, opens
+        them again (DeviceRestored once that works). On the turn worker, between turns."""
+        player = self.dialogue.player
+        error = player.lost
+        if error is None:
+            return
+        if not self._speakers_lost:
+            self._speakers_lost = True
+            self._emit(DeviceLost("output", str(error), error))
+            return
+        try:
+            player.reopen()
+        except AudioDeviceError:
+            return
+        self._speakers_lost = False
+        self._emit(DeviceRestored("output", f"the speakers are back: output device {player.device.name!r}"))
 
     def _run(self, job: _Job) -> TurnResult:
         def clause(text: str, index: int) -> None:

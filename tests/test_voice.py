@@ -16,8 +16,8 @@ from engine.llm.clauses import ClauseOptions, split_clauses
 from engine.metrics import FIGURES, MetricsRecorder
 from engine.pipeline import Dialogue, DialogueOptions
 from engine.voice import (
-    SILENT_DBFS, BargeIn, Heard, Level, Mode, Partial, ReplyText, SpeakingClause, SpeechStarted, StateChanged,
-    TurnFailed, TurnFinished, VadOptions, VoiceLoop, VoiceOptions,
+    SILENT_DBFS, BargeIn, DeviceLost, Heard, Level, Mode, Partial, ReplyText, SpeakingClause, SpeechStarted,
+    StateChanged, TurnFailed, TurnFinished, VadOptions, VoiceLoop, VoiceOptions,
 )  # fmt: skip
 
 WAIT_S = 120  # generous: the null sinks run slow and the machine is shared
@@ -316,14 +316,14 @@ def test_options_and_close_are_checked(parts):
 
 
 def test_losing_the_microphone_is_reported_and_typed_turns_go_on(parts, user_mic):
-    """The sound server dropping the Microphone's stream gives TurnFailed naming the input device, the
+    """The sound server dropping the Microphone's stream gives DeviceLost naming the input device, the
     'idle' state instead of a hang, and a typed turn afterwards is still answered."""
     dialogue, mic = parts
     loop, events = run_loop(dialogue, mic)
     with loop:
         events.wait_for(Level, "the microphone's first levels")
         user_mic.drop_recording()
-        failed = events.wait_for(TurnFailed)
+        failed = events.wait_for(DeviceLost)
         events.wait(lambda seen: events.states()[-1:] == ["idle"], "the idle state")
         loop.submit_text("Say hello.")
         finished = events.wait_for(TurnFinished).result

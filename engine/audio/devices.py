@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.errors import AudioDeviceError
+from engine.errors import AudioDeviceError, AudioDeviceLostError
 
 Kind = Literal["output", "input"]
 
@@ -103,10 +103,10 @@ def describe(device: Device) -> str:
 
 
 class DeviceStream:
-    """What Player and Microphone share: one PortAudio stream, its lost-device state, closing once.
+    """What Player and Microphone share: one PortAudio stream, its lost-device state, reopening, closing once.
 
-    A subclass sets `device`, `rate_hz` and `_lock` (a Lock or Condition), gives `kind` and
-    `_callback`, and opens its stream with `_start`.
+    A subclass sets `device`, `rate_hz` and `_lock` (a Lock or Condition), gives `kind`, `_callback` and
+    `_forget` (drop what was buffered for a lost stream), and opens its stream with `_start`.
     """
 
     kind: Kind
@@ -114,28 +114,82 @@ class DeviceStream:
     def _init_state(self) -> None:
         self._lost: str | None = None  # why the stream died, once it has
         self._closing = False
+        self._generation = 0  # counts streams opened: the end of a replaced stream is not the new one's
+        self._stream = None
 
     def _start(self, stream_class, **settings) -> None:
         """Open and start a float32 PortAudio stream on self.device at self.rate_hz, calling self._callback."""
+        self._settings = (stream_class, settings)  # reopen() opens the same again
+        generation = self._generation
+        stream = None
         try:
-            self._stream = stream_class(device=self.device.index, samplerate=self.rate_hz, dtype="float32",
-                                        callback=self._callback, finished_callback=self._finished, **settings)
-            self._stream.start()
+            stream = stream_class(device=self.device.index, samplerate=self.rate_hz, dtype="float32",
+                                  callback=self._callback, finished_callback=lambda: self._finished(generation),
+                                  **settings)
+            stream.start()
         except sounddevice().PortAudioError as e:
+            if stream is not None:
+                stream.close()
             raise AudioDeviceError(
                 f"cannot open {self.kind} device {describe(self.device)} at {self.rate_hz} Hz: {e}; "
                 "check that no other program holds it and that this user may use audio devices (group 'audio')"
             ) from e
+        self._stream = stream
 
-    def _finished(self) -> None:
-        # PortAudio calls this when the stream ends; unless close() asked for that, the device is gone
+    def _finished(self, generation: int) -> None:
+        # PortAudio calls this when the stream ends; unless close() or reopen() asked for that, the device is gone
         with self._lock:
-            if not self._closing:
-                self._lost = "the stream stopped by itself (device unplugged, or the sound server quit)"
+            if generation == self._generation and not self._closing:
+                self._lost = "the stream stopped by itself: unplugged, or the sound server quit"
             self._stream_ended()
 
     def _stream_ended(self) -> None:
         """Hook for waiters to wake up (called under the lock)."""
+
+    def _forget(self) -> None:
+        """Hook: drop what was buffered for the lost stream (called by reopen, without the lock)."""
+
+    @property
+    def lost(self) -> AudioDeviceLostError | None:
+        """The error calls raise since the device was lost; None while it works (or once closed)."""
+        with self._lock:
+            return self._lost_error() if self._lost and not self._closing else None
+
+    def _lost_error(self) -> AudioDeviceLostError:
+        what, were, they_are = ("the speakers", "were", "they are") if self.kind == "output" else \
+            ("the microphone", "was", "it is")
+        return AudioDeviceLostError(
+            f"{what} {were} disconnected: {self.kind} device {describe(self.device)} was lost ({self._lost}); "
+            f"Parley carries on by itself once {they_are} back", self.kind)
+
+    def reopen(self) -> None:
+        """After the device was lost: open the same device again (plugged back in, the sound server back).
+
+        What was queued for the lost stream is dropped; the counters go on. A no-op while the stream works.
+        Not to be called while another thread closes this object.
+
+        Raises:
+            RuntimeError: closed.
+            AudioDeviceError: it still cannot be opened; try again later (it stays lost).
+        """
+        with self._lock:
+            if self._closing:
+                raise RuntimeError(f"this {type(self).__name__} is closed; open a new one")
+            if self._lost is None:
+                return
+            self._generation += 1
+            reason = self._lost
+        self._close_stream()
+        self._forget()
+        with self._lock:
+            self._lost = None
+        try:
+            stream_class, settings = self._settings
+            self._start(stream_class, **settings)
+        except AudioDeviceError:
+            with self._lock:
+                self._lost = reason
+            raise
 
     def _check_locked(self) -> None:
         """Raise if the stream is closed or lost; the caller holds the lock."""
@@ -143,10 +197,17 @@ class DeviceStream:
         if self._closing:
             raise RuntimeError(f"this {name} is closed; open a new one")
         if self._lost:
-            raise AudioDeviceError(
-                f"{self.kind} device {describe(self.device)} was lost: {self._lost}; "
-                f"check that it is connected, then open a new {name}"
-            )
+            raise self._lost_error()
+
+    def _close_stream(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is None:
+            return
+        try:
+            stream.abort()  # abort, not stop: stop() would wait for the device to drain its buffer
+            stream.close()
+        except sounddevice().PortAudioError:
+            pass  # a lost device cannot be stopped twice; the stream is gone either way
 
     def close(self) -> None:
         """Stops and closes the stream. Safe to call twice."""
@@ -154,11 +215,7 @@ class DeviceStream:
             if self._closing:
                 return
             self._closing = True
-        try:
-            self._stream.abort()  # abort, not stop: stop() would wait for the device to drain its buffer
-            self._stream.close()
-        except sounddevice().PortAudioError:
-            pass  # a lost device cannot be stopped twice; the stream is gone either way
+        self._close_stream()
 
     def __enter__(self):
         return self

@@ -144,6 +144,13 @@ class Microphone(DeviceStream):
                 self._blocks.put_nowait(MicBlock(pcm, now, muted))
                 c["blocks"] += 1
 
+    def _forget(self) -> None:
+        with self._lock:
+            self._pending = np.zeros(0, np.float32)  # blocks already queued are whole and kept
+            self._last_callback = time.perf_counter()  # the new stream gets its stall_timeout_s
+            if self._resampler is not None:
+                self._resampler.clear()
+
     def read(self, timeout_s: float) -> MicBlock | None:
         """The oldest block not yet read, waiting up to timeout_s for one; None when none came in time.
 

@@ -214,6 +214,9 @@ class Player(DeviceStream):
     def _stream_ended(self) -> None:
         self._changed.notify_all()
 
+    def _forget(self) -> None:
+        self.flush()  # what the lost stream had not played counts as flushed, so waits still add up
+
     # -- the caller's side -----------------------------------------------------------------------
 
     def write(self, pcm: np.ndarray) -> None:
@@ -224,7 +227,7 @@ class Player(DeviceStream):
 
         Raises:
             ValueError: pcm is not one-dimensional.
-            AudioDeviceError: the device was lost; close this player and open a new one.
+            AudioDeviceError: the device was lost (AudioDeviceLostError); reopen() when it is back.
         """
         pcm = np.asarray(pcm, dtype=np.float32)
         if pcm.ndim != 1:
