@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from engine.errors import (AudioDeviceError, GPUUnavailableError, HistoryError, InputTextError, ModelFilesError,
-                           ParleyError)
+from engine.errors import (AudioDeviceError, AudioDeviceLostError, GPUUnavailableError, HistoryError, InputTextError,
+                           ModelFilesError, ParleyError)
 
 ACTIONS = {"models": "Open Models…", "settings": "Open Settings…"}
 
@@ -54,6 +54,12 @@ def problem_for(error: BaseException, doing: str) -> Problem:
     if isinstance(error, ModelFilesError):
         return Problem(f"A model is missing or damaged ({doing})", detail,
                        "Choose or download the model on the Models page.", "models")
+    if isinstance(error, AudioDeviceLostError):  # a notice, not a dialog: Parley opens it again by itself
+        if error.kind == "output":
+            return Problem("The speakers were disconnected", detail,
+                           "Parley carries on by itself once they are back; replies still show here.")
+        return Problem("The microphone was disconnected", detail,
+                       "Parley listens again by itself once it is back; typing still works.")
     if isinstance(error, AudioDeviceError):
         return Problem(f"A sound device is not working ({doing})", detail,
                        "Connect the device, or choose another one in Settings; typing still works.", "settings")

@@ -137,6 +137,7 @@ class MainWindow(QMainWindow):
         self.about_page = None  # made on first use
         self._history_was_open = False  # the history view was on screen when all history was deleted
         self._talking = False  # Space or the talk button is held
+        self._lost_devices: dict[str, Problem] = {}  # "output"/"input" -> its Problem, until it is back
         self.setWindowTitle("Parley")
         self.resize(960, 640)
         self.setMinimumHeight(480)  # below this the conversation shows barely two bubbles
@@ -270,6 +271,8 @@ class MainWindow(QMainWindow):
         # only a receiver object makes Qt queue the call into the GUI thread
         w.turn_finished.connect(self._turn_finished)
         w.turn_failed.connect(self._turn_failed)
+        w.device_lost.connect(self._device_lost)
+        w.device_restored.connect(self._device_restored)
         w.metrics.connect(self.meter.show_turn)
         w.conversation_ended.connect(self.chat.clear)
         w.history_deleted.connect(self._history_deleted)
@@ -318,6 +321,19 @@ class MainWindow(QMainWindow):
         self.chat.fail_turn(f"{problem.headline}: {problem.detail}")
         if problem.action is not None:  # a device or a model needs the user; "heard no words" does not
             self.show_problem(problem)
+
+    def _device_lost(self, kind: str, problem: Problem) -> None:
+        self._lost_devices[kind] = problem
+        self.notice.show_problem(problem)
+
+    def _device_restored(self, kind: str, message: str) -> None:
+        problem = self._lost_devices.pop(kind, None)
+        if problem is not None and self.notice.problem is problem and not self.notice.isHidden():
+            if self._lost_devices:  # the other device is still out: its notice comes back
+                self.notice.show_problem(next(iter(self._lost_devices.values())))
+            else:
+                self.notice.hide()
+        self.statusBar().showMessage(message[0].upper() + message[1:], 8000)
 
     def show_problem(self, problem: Problem) -> ErrorDialog:
         """The problem as a window-modal dialog whose button leads to the page that fixes it."""

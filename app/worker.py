@@ -116,6 +116,9 @@ class EngineWorker(QObject):
         turn_finished(TurnResult): a turn ended (engine/pipeline.py), possibly interrupted.
         turn_failed(Problem): a turn failed; the conversation goes on.
         barge_in(): speech was interrupted (by the user's voice or stop()).
+        device_lost(str, Problem): "output" (the speakers) or "input" (the microphone) stopped working;
+            the loop opens it again by itself.
+        device_restored(str, str): that device works again, and the message saying so.
         metrics(TurnMetrics, dict): a turn's figures and the recorder's summary {figure: Figure}.
         conversation_ended(): the conversation being saved to was deleted; the next turn starts a new one.
         history_deleted(Problem | None): delete_history() finished: None, or why a file could not go.
@@ -136,6 +139,8 @@ class EngineWorker(QObject):
     turn_finished = Signal(object)
     turn_failed = Signal(object)
     barge_in = Signal()
+    device_lost = Signal(str, object)
+    device_restored = Signal(str, str)
     metrics = Signal(object, object)
     conversation_ended = Signal()
     history_deleted = Signal(object)
@@ -441,5 +446,9 @@ class EngineWorker(QObject):
             self.turn_failed.emit(problem_for(event.error, "answering"))
         elif kind is voice.BargeIn:
             self.barge_in.emit()
+        elif kind is voice.DeviceLost:
+            self.device_lost.emit(event.kind, problem_for(event.error, "speaking"))
+        elif kind is voice.DeviceRestored:
+            self.device_restored.emit(event.kind, event.message)
         elif kind is voice.Notice:  # the history cannot be written yet, or the TTS moved to the CPU
             self.notice.emit(problem_for(event.error, "speaking"))

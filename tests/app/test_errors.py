@@ -3,7 +3,7 @@
 from PySide6.QtWidgets import QMessageBox
 
 from app.errors import ErrorDialog, problem_for
-from engine.errors import AudioDeviceError, GPUUnavailableError, HistoryError, InputTextError, ModelFilesError
+from engine.errors import AudioDeviceError, AudioDeviceLostError, GPUUnavailableError, HistoryError, InputTextError, ModelFilesError
 
 
 def test_each_kind_of_failure_points_to_the_page_that_fixes_it():
@@ -27,6 +27,16 @@ def test_the_gpu_falling_back_to_the_cpu_says_so_and_leads_to_the_settings():
     problem = problem_for(error, "speaking")
     assert problem.headline == "The GPU is not available; Parley is using the CPU"
     assert problem.detail == str(error) and problem.action == "settings" and "goes on" in problem.advice
+
+
+def test_a_lost_device_is_named_in_plain_words_and_opens_no_page():
+    """Speakers or microphone lost: 'disconnected' headlines, Parley carrying on by itself, and no action (so no
+    dialog: the conversation goes on)."""
+    speakers = problem_for(AudioDeviceLostError("the speakers were disconnected: ...", "output"), "speaking")
+    microphone = problem_for(AudioDeviceLostError("the microphone was disconnected: ...", "input"), "speaking")
+    assert speakers.headline == "The speakers were disconnected" and "by itself" in speakers.advice
+    assert microphone.headline == "The microphone was disconnected" and "typing still works" in microphone.advice
+    assert speakers.action is None and microphone.action is None
 
 
 def test_torch_out_of_memory_is_recognised_without_importing_torch_here():

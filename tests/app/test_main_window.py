@@ -162,6 +162,28 @@ def test_a_notice_keeps_the_conversation_going_and_says_what_to_do(window, qtbot
         qtbot.keyClick(window.message, Qt.Key.Key_Return)
 
 
+def test_lost_devices_show_in_the_notice_bar_until_they_are_back(window, qtbot):
+    """Speakers and microphone lost: each in the notice bar, never a dialog (a turn that failed for it too);
+    the microphone back brings the speakers' notice back, the speakers back hides the bar and says so."""
+    from app.errors import problem_for
+    from engine.errors import AudioDeviceLostError
+
+    ready(window)
+    speakers = problem_for(AudioDeviceLostError("the speakers were disconnected: gone", "output"), "speaking")
+    microphone = problem_for(AudioDeviceLostError("the microphone was disconnected: gone", "input"), "speaking")
+    w = window.worker
+    w.device_lost.emit("output", speakers)
+    w.turn_failed.emit(speakers)
+    w.device_lost.emit("input", microphone)
+    assert not window.notice.isHidden() and "The microphone was disconnected" in window.notice.label.text()
+    assert window.dialog is None
+    w.device_restored.emit("input", "the microphone is back: input device 'default'")
+    assert "The speakers were disconnected" in window.notice.label.text() and not window.notice.isHidden()
+    assert window.statusBar().currentMessage() == "The microphone is back: input device 'default'"
+    w.device_restored.emit("output", "the speakers are back: output device 'default'")
+    assert window.notice.isHidden() and window.statusBar().currentMessage().startswith("The speakers are back")
+
+
 def test_saving_the_settings_restyles_the_app_at_once(window, qtbot, qapp):
     """A theme saved in the settings dialog is applied without a restart."""
     from PySide6.QtWidgets import QDialogButtonBox

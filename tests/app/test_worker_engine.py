@@ -9,6 +9,7 @@ from pytestqt.qtbot import QtBot
 
 from app.worker import STEPS, EngineWorker
 from tests.app.test_worker import LOAD_S, TURN_S, base_config  # noqa: F401  (a fixture)
+from tests.audio.test_device_faults import plugs  # noqa: F401  (a fixture)
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
 
@@ -226,3 +227,22 @@ def test_a_locked_history_is_a_notice_and_the_turn_is_saved_once_it_is_free(engi
     with HistoryStore(base_config.history_file) as store:
         texts = [t.text for c in store.list_conversations() for t in store.open_conversation(c.id).turns]
     assert texts.count("Said while locked.") == 1 and texts.index("Said while locked.") < texts.index("Said after.")
+
+
+def test_unplugged_devices_are_signalled_and_come_back_by_themselves(engine, qtbot, plugs):
+    """The null sink unloaded (speakers gone, and its monitor, the microphone): device_lost for each with its
+    Problem; loaded again, device_restored for each without any request, and the next turn is spoken."""
+    from tests.conftest import NULL_SINK_RATE_HZ
+
+    worker, requests, _, _ = engine
+    lost, restored = collect(worker.device_lost), collect(worker.device_restored)
+    plugs.unplug("vsink")
+    qtbot.waitUntil(lambda: {kind for kind, _ in lost} == {"input", "output"}, timeout=TURN_S * 1000)
+    problems = dict(lost)
+    assert problems["output"].headline == "The speakers were disconnected" and problems["output"].action is None
+    assert problems["input"].headline == "The microphone was disconnected"
+    plugs.plug("vsink", f"rate={NULL_SINK_RATE_HZ}")
+    qtbot.waitUntil(lambda: {kind for kind, _ in restored} == {"input", "output"}, timeout=TURN_S * 1000)
+    assert dict(restored)["output"] == "the speakers are back: output device 'default'"
+    (result,) = emitted(qtbot, worker.turn_finished, requests.speak, "Back again.")
+    assert result.heard_text == "Back again."
