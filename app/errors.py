@@ -10,7 +10,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 from engine.errors import (AudioDeviceError, AudioDeviceLostError, GPUUnavailableError, HistoryError, InputTextError,
-                           ModelFilesError, ParleyError)
+                           MicrophoneAccessError, ModelFilesError, ParleyError)
 
 ACTIONS = {"models": "Open Models…", "settings": "Open Settings…"}
 
@@ -60,6 +60,9 @@ def problem_for(error: BaseException, doing: str) -> Problem:
                            "Parley carries on by itself once they are back; replies still show here.")
         return Problem("The microphone was disconnected", detail,
                        "Parley listens again by itself once it is back; typing still works.")
+    if isinstance(error, MicrophoneAccessError):  # the fix is in the system's settings, not Parley's
+        return Problem("Access to the microphone is denied", detail,
+                       "Allow microphone access in your system settings, then start Parley again; typing still works.")
     if isinstance(error, AudioDeviceError):
         return Problem(f"A sound device is not working ({doing})", detail,
                        "Connect the device, or choose another one in Settings; typing still works.", "settings")

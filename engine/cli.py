@@ -145,6 +145,7 @@ def _reopen_speakers(player) -> None:
 def _voice_chat(dialogue, args, about: str) -> int:
     """The microphone conversation until Ctrl-C; push-to-talk: Enter starts and ends each turn, Ctrl-D quits."""
     from engine.audio import Microphone
+    from engine.errors import MicrophoneAccessError
     from engine.stt.vad import Mode, VadOptions
     from engine.voice import (BargeIn, DeviceLost, DeviceRestored, Heard, TurnFailed, TurnFinished, VoiceLoop,
                               VoiceOptions)
@@ -162,7 +163,12 @@ def _voice_chat(dialogue, args, about: str) -> int:
 
     mode = Mode.PUSH_TO_TALK if args.push_to_talk else Mode.HANDS_FREE
     options = VoiceOptions(mode=mode, vad=VadOptions(silence_ms=args.silence_ms))
-    with Microphone(args.input_device) as mic, VoiceLoop(dialogue, mic, options=options) as loop:
+    try:
+        mic = Microphone(args.input_device)
+    except MicrophoneAccessError as e:  # the conversation goes on, typed
+        print(f"parley: {e}", file=sys.stderr, flush=True)
+        return _typed_chat(dialogue, about)
+    with mic, VoiceLoop(dialogue, mic, options=options) as loop:
         loop.subscribe(show)
         loop.start()
         how = ("press Enter to talk and Enter again when done; Ctrl-D quits" if args.push_to_talk

@@ -26,6 +26,11 @@ class AudioDeviceLostError(AudioDeviceError):
         self.kind = kind
 
 
+class MicrophoneAccessError(AudioDeviceError):
+    """This user may not record: the system's privacy settings or the device's permissions deny it.
+    The message says how to allow it on this system; typed turns still work."""
+
+
 class HistoryError(ParleyError):
     """The conversation history database cannot be read or written (locked, disk full, corrupt)."""
 

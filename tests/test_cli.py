@@ -168,3 +168,55 @@ def test_chat_by_voice_names_a_missing_microphone(sound_server, short_checkpoint
     code, _, err = run_chat(tmp_path, "", "--model", short_checkpoint, "--whisper", whisper_dir,
                             "--input-device", "no-such-microphone")
     assert code == 2 and "no-such-microphone" in err and "input devices" in err and "Traceback" not in err
+
+
+# A child that lists the audio devices while it may still read the microphone's file, waits for the test to
+# take that permission away, then runs `parley chat ARGS` (its typed turns follow on standard input).
+_DENIED_CHAT = """
+import sys
+from engine.audio import list_devices
+assert "parley_mic" in [d.name for d in list_devices("input")]
+print("listed", flush=True)
+sys.stdin.readline()
+from engine.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_chat_with_a_microphone_this_user_may_not_open_says_how_to_allow_it_and_takes_typed_turns(
+        sound_server, short_checkpoint, whisper_dir, tmp_path):
+    """A microphone PortAudio listed but this user may not open (an ALSA capture device whose file is made
+    unreadable, for a root without CAP_DAC_OVERRIDE, as a user outside the 'audio' group finds /dev/snd):
+    `parley chat` says so and how to allow it, then answers typed turns, which are saved."""
+    import shutil
+
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    from engine.history import HistoryStore, history_path
+
+    recording = tmp_path / "mic.raw"
+    recording.write_bytes(bytes(64_000))
+    conf = tmp_path / "asound.conf"
+    conf.write_text(f'pcm.parley_mic {{ type file; slave.pcm "null"; file "/dev/null"; infile "{recording}"; '
+                    'format "raw" }\n')
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "ALSA_CONFIG_PATH": f"/usr/share/alsa/alsa.conf:{conf}"}
+    # without these capabilities root too is held to the file's permission bits
+    child = subprocess.Popen(["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable, "-c",
+                              _DENIED_CHAT, "chat", "--input-device", "parley_mic", "--model", str(short_checkpoint),
+                              "--speaker", "ryan", "--whisper", str(whisper_dir)],
+                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "listed\n"
+        recording.chmod(0)
+        out, err = child.communicate("go\nName a color.\n", timeout=WAIT_S)
+    finally:
+        child.kill()
+    assert child.returncode == 0, err
+    assert "parley: this user may not record from input device 'parley_mic'" in err
+    assert "allow microphone access in your system settings" in err and "Traceback" not in err
+    with HistoryStore(history_path("default", tmp_path / "data" / "parley" / "history")) as history:
+        (conversation,) = history.list_conversations()
+        user, reply = history.open_conversation(conversation.id).turns
+    assert user.text == "Name a color." and out.strip() == reply.text

@@ -6,10 +6,15 @@ an AudioDeviceError that lists what this machine has.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
+import re
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.errors import AudioDeviceError, AudioDeviceLostError
+from engine.errors import AudioDeviceError, AudioDeviceLostError, MicrophoneAccessError
 
 Kind = Literal["output", "input"]
 
@@ -97,6 +102,50 @@ def find_device(device: str | int | None, kind: Kind) -> Device:
     raise AudioDeviceError(f"{device!r} matches several {kind} devices ({names}); give more of the name or an index")
 
 
+def _alsa_open_errno(device: Device, kind: Kind) -> int | None:
+    """The errno ALSA gives when it opens this device itself; None when it opens, or without ALSA (not Linux).
+
+    PortAudio keeps no errno: a device this user may not open is 'Illegal combination of I/O devices'
+    to it, so the cause is asked of libasound directly (the same library PortAudio opened it with).
+    """
+    path = ctypes.util.find_library("asound") if sys.platform.startswith("linux") else None
+    if path is None:
+        return None
+    alsa = ctypes.CDLL(path)
+    hw = re.search(r"\((hw:\d+,\d+)\)$", device.name)  # PortAudio names a card's device 'Card: Name (hw:0,0)'
+    pcm = ctypes.c_void_p()
+    nonblock = 1  # SND_PCM_NONBLOCK: a device busy elsewhere answers at once
+    err = alsa.snd_pcm_open(ctypes.byref(pcm), (hw.group(1) if hw else device.name).encode(),
+                            0 if kind == "output" else 1, nonblock)  # SND_PCM_STREAM_PLAYBACK, _CAPTURE
+    if err == 0:
+        alsa.snd_pcm_close(pcm)
+        return None
+    return -err
+
+
+def _how_to_allow_recording() -> str:
+    if sys.platform == "darwin":
+        return "allow microphone access in System Settings > Privacy & Security > Microphone, then start Parley again"
+    if sys.platform == "win32":
+        return ("allow microphone access in Settings > Privacy & security > Microphone (and 'Let desktop apps "
+                "access your microphone'), then start Parley again")
+    return ("allow microphone access in your system settings (Privacy > Microphone; for a Flatpak or Snap, the "
+            "app's microphone permission), or add your user to the 'audio' group (sudo usermod -aG audio $USER) "
+            "and log in again")
+
+
+def access_error(device: Device, error: Exception) -> MicrophoneAccessError | None:
+    """A MicrophoneAccessError when opening input `device` failed (with `error`) because this user may not
+    record from it; None when it failed for another reason."""
+    denied = re.search(r"permission denied|access is denied|E_ACCESSDENIED|0x80070005", str(error), re.IGNORECASE)
+    if not denied and _alsa_open_errno(device, "input") not in (errno.EACCES, errno.EPERM):
+        return None
+    return MicrophoneAccessError(
+        f"this user may not record from input device {describe(device)}: the system denies access to it; "
+        f"{_how_to_allow_recording()}; typing to Parley still works"
+    )
+
+
 def describe(device: Device) -> str:
     """A device as error messages name it: 'default' (index 1)."""
     return f"{device.name!r} (index {device.index})"
@@ -130,6 +179,8 @@ class DeviceStream:
         except sounddevice().PortAudioError as e:
             if stream is not None:
                 stream.close()
+            if self.kind == "input" and (denied := access_error(self.device, e)) is not None:
+                raise denied from e
             raise AudioDeviceError(
                 f"cannot open {self.kind} device {describe(self.device)} at {self.rate_hz} Hz: {e}; "
                 "check that no other program holds it and that this user may use audio devices (group 'audio')"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.audio.devices import Device, DeviceStream, describe, find_device, sounddevice
+from engine.audio.devices import Device, DeviceStream, access_error, describe, find_device, sounddevice
 from engine.errors import AudioDeviceError
 
 MIC_RATE_HZ = 16_000  # what faster-whisper and Silero VAD take
@@ -84,8 +84,9 @@ class Microphone(DeviceStream):
             options: block size and device settings; MicrophoneOptions() when None.
 
         Raises:
+            MicrophoneAccessError: this user may not record from it (the message says how to allow it).
             AudioDeviceError: no input device, no such device (the message lists them), or it cannot
-                be opened (busy, or this user may not record).
+                be opened (busy).
         """
         sd = sounddevice()
         self.options = opts = options or MicrophoneOptions()
@@ -113,8 +114,9 @@ class Microphone(DeviceStream):
             try:
                 sd.check_input_settings(device=device.index, samplerate=rate, channels=1, dtype="float32")
                 return rate
-            except sd.PortAudioError:
-                continue
+            except sd.PortAudioError as e:
+                if (denied := access_error(device, e)) is not None:  # no rate would do
+                    raise denied from e
         raise AudioDeviceError(
             f"input device {describe(device)} records at none of {rates} Hz as float32 mono; "
             "pick another device or another device_rate_hz"

@@ -3,7 +3,8 @@
 from PySide6.QtWidgets import QMessageBox
 
 from app.errors import ErrorDialog, problem_for
-from engine.errors import AudioDeviceError, AudioDeviceLostError, GPUUnavailableError, HistoryError, InputTextError, ModelFilesError
+from engine.errors import (AudioDeviceError, AudioDeviceLostError, GPUUnavailableError, HistoryError, InputTextError,
+                           MicrophoneAccessError, ModelFilesError)
 
 
 def test_each_kind_of_failure_points_to_the_page_that_fixes_it():
@@ -37,6 +38,14 @@ def test_a_lost_device_is_named_in_plain_words_and_opens_no_page():
     assert speakers.headline == "The speakers were disconnected" and "by itself" in speakers.advice
     assert microphone.headline == "The microphone was disconnected" and "typing still works" in microphone.advice
     assert speakers.action is None and microphone.action is None
+
+
+def test_a_denied_microphone_says_to_allow_it_in_the_system_settings():
+    """MicrophoneAccessError: 'denied' in the headline, the system's settings in the advice, and no Parley page
+    to open (the fix is not in Parley)."""
+    problem = problem_for(MicrophoneAccessError("this user may not record from input device 'default'"), "x")
+    assert problem.headline == "Access to the microphone is denied" and problem.action is None
+    assert "Allow microphone access in your system settings" in problem.advice and "typing" in problem.advice
 
 
 def test_torch_out_of_memory_is_recognised_without_importing_torch_here():
