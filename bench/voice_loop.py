@@ -15,14 +15,26 @@ rarely emit EOS), so the work per frame is the real model's. PulseAudio's null s
 clock (~50-75% of real time here): the user's speech and the silence window take longer in wall time
 than in audio time, which inflates voice-to-voice; STT, TTFT, TTFC and RTF are unaffected.
 
+--audio virtual is for machines with neither a sound server nor PortAudio (the GPU machine): a software
+sound card (bench/virtual_audio.py) takes sounddevice's place, and its clock threads call the real
+Player's and Microphone's callbacks once a period at wall-clock pace; the user's line goes into the
+microphone's stream at the pace it was spoken, then silence. Everything from the Microphone's callback
+to the Player's callback is the same code as with PulseAudio, and voice-to-voice still ends at the first
+sample handed over in the Player's callback. The lines' speech is read from --voices (WAV files that
+espeak-ng wrote there earlier: --voices-only renders them and stops), so espeak-ng is needed only where
+they are rendered. bench/gpu_voice_loop.sh runs it so on the GPU machine.
+
     python bench/voice_loop.py                      # CPU, tiny checkpoint
     python bench/voice_loop.py --device cuda --size 0.6b
-Needs the Debian packages pulseaudio, pulseaudio-utils, libasound2-plugins and espeak-ng (.ci/run).
+    python bench/voice_loop.py --voices DIR --voices-only && python bench/voice_loop.py --audio virtual --voices DIR
+Needs the Debian packages pulseaudio, pulseaudio-utils, libasound2-plugins and espeak-ng (.ci/run), or
+with --audio virtual only a --voices folder rendered elsewhere.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -105,14 +117,33 @@ class Pulse:
 
 
 def speech(text: str, folder: Path) -> np.ndarray:
-    """espeak-ng's en-us voice at 150 words a minute, as (n,) float32 at 16 kHz."""
+    """espeak-ng's en-us voice at 150 words a minute, as (n,) float32 at 16 kHz; rendered into `folder`
+    unless an earlier run left it there (named by the text's hash, so an edited line is rendered anew)."""
     import soundfile
     import soxr
 
-    wav = folder / f"{abs(hash(text))}.wav"
-    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(wav), text], check=True)
+    wav = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.wav"
+    if not wav.is_file():
+        if shutil.which("espeak-ng") is None:
+            raise SystemExit(f"{wav} ({text!r}) is not there and espeak-ng is not installed to render it; "
+                             "render the lines elsewhere with --voices DIR --voices-only and bring DIR")
+        subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(wav), text], check=True)
     audio, rate = soundfile.read(wav, dtype="float32")
     return soxr.resample(audio, rate, USER_RATE_HZ).astype(np.float32)
+
+
+class VirtualAudio:
+    """bench/virtual_audio.py in sounddevice's place; play() speaks into its microphone."""
+
+    def __init__(self):
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import virtual_audio
+
+        virtual_audio.install()
+        self.play = virtual_audio.speak
+
+    def stop(self) -> None:
+        pass
 
 
 def random_checkpoint(folder: Path, size: str, max_frames: int) -> Path:
@@ -136,24 +167,58 @@ def main(argv=None) -> int:
     parser.add_argument("--silence-ms", type=int, default=700, help="the endpointer's end-of-turn pause")
     parser.add_argument("--llm-threads", type=int, default=1, help="CPU threads for llama.cpp (1: see DESIGN.md 6)")
     parser.add_argument("--timeout-s", type=float, default=180.0, help="longest wait for one turn")
+    parser.add_argument("--audio", default="pulse", choices=["pulse", "virtual"],
+                        help="PulseAudio null sinks, or the software sound card (see above)")
+    parser.add_argument("--voices", help="folder of the lines' speech, rendered there when missing (default: a temporary one)")
+    parser.add_argument("--voices-only", action="store_true", help="render the lines into --voices and stop")
+    parser.add_argument("--whisper", help="a CTranslate2 Whisper folder (default: the bundled base)")
+    parser.add_argument("--json", help="also write the figures (p50/p95 per figure) to this JSON file")
     args = parser.parse_args(argv)
+    if args.voices_only and not args.voices:
+        parser.error("--voices-only needs --voices")
 
     work = Path(tempfile.mkdtemp(prefix="parley-bench-"))
-    pulse = Pulse()  # before sounddevice is imported: PortAudio lists devices once
+    voices = Path(args.voices) if args.voices else work
+    voices.mkdir(parents=True, exist_ok=True)
+    if args.voices_only:
+        for line in [WARM_UP] + SCRIPT[: args.turns]:
+            speech(line, voices)
+        print(f"{args.turns + 1} lines in {voices}", file=sys.stderr)
+        return 0
+    # before sounddevice is imported: PortAudio lists devices once
+    audio = Pulse() if args.audio == "pulse" else VirtualAudio()
     try:
-        return run(args, pulse, work)
+        return run(args, audio, work, voices)
     finally:
-        pulse.stop()
+        audio.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run(args, pulse: Pulse, work: Path) -> int:
+def load_transcriber(args):
+    """Whisper on --device; on a GPU where CTranslate2's CUDA libraries do not load (it is built for
+    CUDA 12), on the CPU instead, saying so: the table names where it ran."""
+    from engine.stt import Transcriber, TranscriberOptions
+
+    options = TranscriberOptions(device=args.device, cpu_threads=2 if args.device == "cpu" else 0)
+    try:
+        transcriber = Transcriber(args.whisper, options)
+        transcriber.warm_up()
+    except Exception as e:
+        if args.device == "cpu":
+            raise
+        print(f"Whisper does not run on {args.device} here ({e}); using the CPU", file=sys.stderr)
+        transcriber = Transcriber(args.whisper, TranscriberOptions(device="cpu"))
+        transcriber.warm_up()
+    return transcriber
+
+
+def run(args, audio, work: Path, voices_dir: Path) -> int:
     from engine.audio import Microphone, Player
     from engine.history import HistoryStore
     from engine.llm.chat import ChatModel, ChatOptions, bundled_model_path
     from engine.metrics import MetricsRecorder
     from engine.pipeline import Dialogue
-    from engine.stt import Transcriber, TranscriberOptions, VadOptions
+    from engine.stt import VadOptions
     from engine.tts import load_tts
     from engine.voice import TurnFailed, TurnFinished, VoiceLoop, VoiceOptions
 
@@ -163,10 +228,9 @@ def run(args, pulse: Pulse, work: Path) -> int:
     chat = ChatModel(bundled_model_path(), ChatOptions(n_ctx=2048, max_tokens=48, temperature=0.0,
                                                        n_threads=args.llm_threads,
                                                        n_gpu_layers=None if args.device == "cuda" else 0))
-    transcriber = Transcriber(None, TranscriberOptions(device=args.device, cpu_threads=2 if args.device == "cpu" else 0))
-    transcriber.warm_up()
+    transcriber = load_transcriber(args)
     lines = [WARM_UP] + SCRIPT[: args.turns]
-    voices = [speech(line, work) for line in lines]
+    voices = [speech(line, voices_dir) for line in lines]
     print(f"loaded in {time.perf_counter() - t0:.0f} s: TTS {tts.folder.name} on {tts.device}, Whisper on "
           f"{transcriber.device} ({transcriber.compute_type}), LLM {chat.model_path.name} with "
           f"{chat.n_gpu_layers} GPU layers", file=sys.stderr)
@@ -182,7 +246,7 @@ def run(args, pulse: Pulse, work: Path) -> int:
             for i, (line, voice) in enumerate(zip(lines, voices)):
                 if i == 1:
                     dialogue.metrics = MetricsRecorder()  # the warm-up turn is not scored
-                pulse.play(voice).wait()
+                audio.play(voice).wait()
                 try:
                     event = events.get(timeout=args.timeout_s)
                 except queue.Empty:
@@ -197,9 +261,11 @@ def run(args, pulse: Pulse, work: Path) -> int:
         summary = dialogue.metrics.summary()
 
     scored = dialogue.metrics.turns
-    print(f"\n{scored} scored turns ({failed} failed), {platform.machine()} with {os.cpu_count()} CPU cores, "
-          f"--device {args.device}, TTS {args.model or 'random ' + args.size + f' (<= {args.max_frames} frames a clause)'}, "
-          f"silence window {args.silence_ms} ms\n")
+    setup = (f"{platform.machine()} with {os.cpu_count()} CPU cores, --device {args.device}, --audio {args.audio}, "
+             f"TTS {args.model or 'random ' + args.size + f' (<= {args.max_frames} frames a clause)'} on {tts.device}, "
+             f"Whisper {transcriber.path.name} on {transcriber.device} ({transcriber.compute_type}), "
+             f"LLM {chat.model_path.name} with {chat.n_gpu_layers} GPU layers, silence window {args.silence_ms} ms")
+    print(f"\n{scored} scored turns ({failed} failed), {setup}\n")
     print("| figure | p50 | p95 | turns |")
     print("|---|---|---|---|")
     for name, label in ROWS:
@@ -212,6 +278,12 @@ def run(args, pulse: Pulse, work: Path) -> int:
         f = summary["voice_to_voice_ms"]
         print(f"| voice-to-voice beyond the {args.silence_ms} ms window, ms | {f.p50 - args.silence_ms:.3g} | "
               f"{f.p95 - args.silence_ms:.3g} | {f.count} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "setup": setup, "scored_turns": scored,
+            "failed_turns": failed, "silence_ms": args.silence_ms,
+            "figures": {name: {"p50": f.p50, "p95": f.p95, "turns": f.count} for name, f in summary.items()},
+        }, indent=1) + "\n")
     return 0 if failed == 0 else 1
 
 

