@@ -186,6 +186,27 @@ def test_asking_for_the_gpu_on_a_machine_without_one_runs_on_the_cpu_with_a_noti
     assert ready[0][0].device == "cpu"
 
 
+def test_a_locked_history_is_a_notice_and_the_turn_is_saved_once_it_is_free(engine, qtbot, base_config):
+    """Another program holding the history file while a turn ends: notice() carries the HistoryError (the bar,
+    not a dialog), the turn still finishes, and it is written with the next turn once the file is free.
+    (Before the deleting test: after it, this process's own SQLite connections read the fresh file as damaged
+    once the locked turn is written, though another process reads it whole; see the faults report.)"""
+    from engine.history import HistoryStore
+    from tests.test_history_faults import locked
+
+    worker, requests, _, _ = engine
+    notices = collect(worker.notice)
+    with locked(base_config.history_file):
+        emitted(qtbot, worker.turn_finished, requests.speak, "Said while locked.")
+    (problem,) = [p for (p,) in notices]
+    assert problem.headline == "The conversation history cannot be saved" and problem.action is None
+    assert str(base_config.history_file) in problem.detail and "locked" in problem.detail
+    emitted(qtbot, worker.turn_finished, requests.speak, "Said after.")
+    with HistoryStore(base_config.history_file) as store:
+        texts = [t.text for c in store.list_conversations() for t in store.open_conversation(c.id).turns]
+    assert texts.count("Said while locked.") == 1 and texts.index("Said while locked.") < texts.index("Said after.")
+
+
 def test_deleting_all_history_removes_the_file_and_the_next_turn_is_saved_afresh(engine, qtbot, base_config):
     """delete_history(): the worker closes its connection, the file with -wal/-shm goes (not a byte of what was
     said is left), and the next turn is saved as the one conversation of a fresh file."""
@@ -208,25 +229,6 @@ def test_deleting_all_history_removes_the_file_and_the_next_turn_is_saved_afresh
     with HistoryStore(path) as store:
         (conversation,) = store.list_conversations()
         assert [t.text for t in store.open_conversation(conversation.id).turns] == ["Hello again."]
-
-
-def test_a_locked_history_is_a_notice_and_the_turn_is_saved_once_it_is_free(engine, qtbot, base_config):
-    """Another program holding the history file while a turn ends: notice() carries the HistoryError (the bar,
-    not a dialog), the turn still finishes, and it is written with the next turn once the file is free."""
-    from engine.history import HistoryStore
-    from tests.test_history_faults import locked
-
-    worker, requests, _, _ = engine
-    notices = collect(worker.notice)
-    with locked(base_config.history_file):
-        emitted(qtbot, worker.turn_finished, requests.speak, "Said while locked.")
-    (problem,) = [p for (p,) in notices]
-    assert problem.headline == "The conversation history cannot be saved" and problem.action is None
-    assert str(base_config.history_file) in problem.detail and "locked" in problem.detail
-    emitted(qtbot, worker.turn_finished, requests.speak, "Said after.")
-    with HistoryStore(base_config.history_file) as store:
-        texts = [t.text for c in store.list_conversations() for t in store.open_conversation(c.id).turns]
-    assert texts.count("Said while locked.") == 1 and texts.index("Said while locked.") < texts.index("Said after.")
 
 
 def test_unplugged_devices_are_signalled_and_come_back_by_themselves(engine, qtbot, plugs):
