@@ -2,7 +2,8 @@
 
 The callback mixes the device's channels to mono, resamples to 16 kHz with python-soxr where the device
 runs at another rate, and queues fixed-size blocks (512 samples = 32 ms, the window Silero VAD takes at
-16 kHz) that the listening stage reads with read() or by iterating.
+16 kHz) that the listening stage reads with read() or by iterating. With `echo` set, the 16 kHz audio
+goes through the echo canceller (engine/audio/echo.py) before it is cut into blocks.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ class Microphone(DeviceStream):
     Muting delivers silence rather than nothing: blocks keep coming at the same pace, all zeros, so
     the VAD's clock and the endpointing timers keep running (muting mid-word ends the speech as a
     pause would), and unmuting needs no resynchronisation.
+
+    echo: an EchoCanceller (engine/audio/echo.py) that cleans the audio before it is cut into blocks
+        (the speakers' Player feeds it its far end); None (the default) for none.
     """
 
     kind = "input"
@@ -93,6 +97,7 @@ class Microphone(DeviceStream):
         self.device: Device = find_device(device, "input")
         self.rate_hz = self._pick_rate(sd, self.device, opts.device_rate_hz)
         self.mute = False  # read by the callback each block; a plain bool is atomic under the GIL
+        self.echo = None  # read once per callback
 
         self._blocks: queue.Queue[MicBlock] = queue.Queue(maxsize=opts.queue_blocks)
         self._lock = threading.Lock()
@@ -127,6 +132,11 @@ class Microphone(DeviceStream):
         if self._resampler is not None:
             x = self._resampler.resample_chunk(x)
         now = time.perf_counter()
+        if (echo := self.echo) is not None:
+            # the chunk ends now, less the input latency PortAudio reports; its own adc time is unusable
+            # through PulseAudio's ALSA plugin (0 to 0.3 s off), and the canceller averages the jitter
+            latency = self._stream.latency if self._stream is not None else 0.0
+            x = echo.near_end(x, now - len(indata) / self.rate_hz - latency)
         bs = self.options.block_samples
         with self._lock:
             c = self._counts

@@ -4,7 +4,8 @@ Chunks come from the TTS stream as they are made (engine/tts/stream.py, 80 ms ea
 the device's rate where it cannot run at 24 kHz (python-soxr's streaming resampler, which keeps its
 filter state across chunks, so chunk borders leave no clicks), and wait in a ring buffer that the
 callback drains. flush() is the barge-in path; `events` carries the first-sample time that ends the
-voice-to-voice figure (engine/metrics.py).
+voice-to-voice figure (engine/metrics.py). With `echo` set, every block handed to the device goes to
+the echo canceller too (engine/audio/echo.py), as the far end it takes out of the microphone.
 """
 
 from __future__ import annotations
@@ -119,6 +120,9 @@ class Player(DeviceStream):
 
     write() may be called from one thread (the TTS consumer) while flush() comes from another
     (barge-in). Use it as a context manager, or call close().
+
+    echo: an EchoCanceller (engine/audio/echo.py) that gets the exact samples of each callback block,
+        silence included, with the time they sound; None (the default) for none.
     """
 
     kind = "output"
@@ -138,6 +142,7 @@ class Player(DeviceStream):
         self.device: Device = find_device(device, "output")
         self.rate_hz, self.channels = self._pick_format(sd, self.device, opts.device_rate_hz)
         self.events: queue.SimpleQueue[UtteranceStarted] = queue.SimpleQueue()
+        self.echo = None  # read once per callback
 
         self._lock = threading.Lock()  # guards everything the callback touches
         self._changed = threading.Condition(self._lock)  # notified by every callback
@@ -205,6 +210,10 @@ class Player(DeviceStream):
             if self.channels > 1:
                 outdata[:, 1:] = mono[:, None]
             self._changed.notify_all()
+        if (echo := self.echo) is not None:
+            # PortAudio's stream clock says how far ahead of now this block reaches the device's output
+            ahead = time_info.outputBufferDacTime - time_info.currentTime
+            echo.far_end(mono, self.rate_hz, time.perf_counter() + (ahead if 0 < ahead < 1 else 0.0))
 
     def _utterance_started(self) -> None:
         self._started = True
