@@ -154,6 +154,14 @@ class VoiceOptions:
         (press()/release() bound it); a mode's value ("hands-free") is taken too.
     vad: speech detection and end-of-turn (engine/stt/vad.py).
     barge_in: hands-free, speech that starts while a turn runs stops that turn.
+    echo_cancellation: take Parley's own voice out of the microphone (engine/audio/echo.py, fed with
+        what the dialogue's player plays), so open speakers do not make it interrupt itself; turn it
+        off with a headset, where there is no echo to take out.
+    barge_in_ms: speech over a running turn must also stay this long above the level gate below
+        before it stops the turn; speech that never does (residual echo) makes no turn either.
+    barge_in_margin_db: the level gate: this far above the loudest block of the second before the
+        speech began (the residual echo while Parley talks, else the room's noise) ...
+    barge_in_min_dbfs: ... and never below this level.
     partials: emit Partial transcripts while the user speaks (costs Whisper runs on the CPU).
     partial_interval_ms: new audio between two partial transcripts.
     level_interval_ms: audio per Level event.
@@ -168,6 +176,10 @@ class VoiceOptions:
     partial_interval_ms: int = 800
     level_interval_ms: int = 100
     device_retry_ms: int = 1000
+    echo_cancellation: bool = True
+    barge_in_ms: int = 250
+    barge_in_margin_db: float = 10.0
+    barge_in_min_dbfs: float = -50.0
 
     def __post_init__(self):
         try:
@@ -175,9 +187,13 @@ class VoiceOptions:
         except ValueError:
             choices = ", ".join(m.value for m in Mode)
             raise ValueError(f"unknown mode {self.mode!r}; choose one of: {choices}") from None
-        for name in ("partial_interval_ms", "level_interval_ms", "device_retry_ms"):
+        for name in ("partial_interval_ms", "level_interval_ms", "device_retry_ms", "barge_in_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.barge_in_margin_db >= 0:
+            raise ValueError(f"barge_in_margin_db must be >= 0, got {self.barge_in_margin_db}")
+        if not SILENT_DBFS <= self.barge_in_min_dbfs <= 0:
+            raise ValueError(f"barge_in_min_dbfs must be between {SILENT_DBFS} and 0, got {self.barge_in_min_dbfs}")
 
 
 def _blocks(ms: float) -> int:
@@ -193,6 +209,29 @@ def _message(error: Exception) -> str:
     if isinstance(error, ParleyError):
         return str(error)
     return f"something went wrong inside Parley ({type(error).__name__}: {error}); the conversation goes on"
+
+
+class _BargeInGate:
+    """Whether speech the VAD found over a running turn is the user's: its level must stay
+    options.barge_in_margin_db above the loudest block of the second before it began (and at least
+    options.barge_in_min_dbfs) for options.barge_in_ms in a row."""
+
+    def __init__(self, options: VoiceOptions, run_start: int, levels: deque[tuple[int, float]]):
+        """run_start: the stream sample where the VAD's speech run began; levels: (block start, dBFS) so far."""
+        before = [dbfs for start, dbfs in levels if run_start - SAMPLE_RATE_HZ <= start < run_start]
+        self.threshold_dbfs = max(options.barge_in_min_dbfs, max(before, default=SILENT_DBFS) + options.barge_in_margin_db)
+        self._needed = _blocks(options.barge_in_ms)
+        self._run = 0
+        self.passed = False
+        for start, dbfs in levels:  # the speech run so far counts
+            if start >= run_start:
+                self.feed(dbfs)
+
+    def feed(self, dbfs: float) -> bool:
+        """Takes the next block's level; True once the gate has passed."""
+        self._run = self._run + 1 if dbfs >= self.threshold_dbfs else 0
+        self.passed = self.passed or self._run >= self._needed
+        return self.passed
 
 
 @dataclass(frozen=True)
@@ -252,6 +291,7 @@ class VoiceLoop:
         self._partial_audio: queue.Queue[tuple[int, np.ndarray]] = queue.Queue(maxsize=1)
         self._utterance = 0  # counts utterances, so a late partial of an earlier one is dropped
         self._threads: list[threading.Thread] = []
+        self._echo = None  # the EchoCanceller between the player and the microphone while the loop runs
 
     # -- events -----------------------------------------------------------------------------------
 
@@ -310,6 +350,11 @@ class VoiceLoop:
             self._threads.append(threading.Thread(target=self._listen, name="parley-listen", daemon=True))
             if self.options.partials:
                 self._threads.append(threading.Thread(target=self._partials, name="parley-partials", daemon=True))
+        if self.microphone is not None and self.options.echo_cancellation:
+            from engine.audio.echo import EchoCanceller
+
+            self._echo = EchoCanceller()
+            self.dialogue.player.echo = self.microphone.echo = self._echo
         for thread in self._threads:
             thread.start()
         self._update()
@@ -325,6 +370,8 @@ class VoiceLoop:
         self._jobs.put(None)
         for thread in self._threads:
             thread.join()
+        if self._echo is not None:
+            self.dialogue.player.echo = self.microphone.echo = self._echo = None
         self._update(running=False, hearing=False, phase=None)
 
     def __enter__(self) -> VoiceLoop:
@@ -406,6 +453,9 @@ class VoiceLoop:
         recent: deque[tuple[int, np.ndarray]] = deque(maxlen=_blocks(opts.vad.pre_roll_ms + opts.vad.min_speech_ms) + 1)
         utterance: list[np.ndarray] = []  # with partials: the utterance so far
         level: list[np.ndarray] = []
+        # (stream sample where a block starts, its level): what the barge-in gate measures against
+        levels: deque[tuple[int, float]] = deque(maxlen=_blocks(1000 + opts.vad.pre_roll_ms + opts.vad.min_speech_ms) + 1)
+        gate: _BargeInGate | None = None  # speech over a running turn that has not passed the gate yet
         pos = 0
         try:
             while not self._closing.is_set():
@@ -419,16 +469,31 @@ class VoiceLoop:
                 if block is None:
                     continue
                 captured.append((pos, block.t_captured))
+                levels.append((pos, _rms_dbfs(block.pcm)))
                 pos += BLOCK_SAMPLES
                 level.append(block.pcm)
                 if len(level) >= level_blocks:
                     self._emit(Level(_rms_dbfs(np.concatenate(level))))
                     level.clear()
+                if gate is not None and gate.feed(levels[-1][1]):
+                    gate = None
+                    self._speech_started()
                 for event in ep.feed(block.pcm):
                     if isinstance(event, SpeechStart):
                         if opts.partials:
                             utterance = [b for start, b in recent if start + BLOCK_SAMPLES > event.start_sample]
+                        if self._phase is not None and self._mode is Mode.HANDS_FREE and opts.barge_in:
+                            run_start = event.start_sample + round(opts.vad.pre_roll_ms * SAMPLE_RATE_HZ / 1000)
+                            gate = _BargeInGate(opts, run_start, levels)
+                            if not gate.passed:
+                                continue
+                            gate = None
                         self._speech_started()
+                    elif gate is not None:  # it never passed: Parley's own residual echo, or a murmur
+                        log.info("speech over Parley's reply stayed below the barge-in gate (%.1f dBFS); ignored",
+                                 gate.threshold_dbfs)
+                        gate = None
+                        utterance = []
                     else:
                         self._utterance_ended(event, captured, block.t_captured)
                         utterance = []
