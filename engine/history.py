@@ -1,7 +1,8 @@
 """Conversation history: one SQLite file per profile (stdlib sqlite3, WAL), written one turn per transaction.
 
 The pipeline adds each turn as it ends, so a crash loses nothing already said; the app lists, reopens,
-deletes and exports conversations. A turn that cannot be written (database locked, disk full) is kept
+deletes and exports conversations, and erases them all in place (`erase_all()`: the file is never
+unlinked under a connection). A turn that cannot be written (database locked, disk full) is kept
 in memory and written before the next one, by `retry_pending()`, or at `close()`.
 """
 
@@ -157,6 +158,8 @@ class HistoryStore:
                 raise HistoryError(f"{self.path}: SQLite refused WAL mode (got {mode!r}); is the file on a network drive?")
             # FULL: a committed turn survives a power cut too, not only a crash of Parley
             self._db.execute("PRAGMA synchronous = FULL")
+            # what is deleted is overwritten with zeros, not left readable in the file's free pages
+            self._db.execute("PRAGMA secure_delete = ON")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise HistoryError(
@@ -262,6 +265,37 @@ class HistoryStore:
             with self._transaction("delete a conversation"):
                 self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
             self._pending = [(c, t) for c, t in self._pending if c != conversation_id]
+
+    def erase_all(self):
+        """Delete every conversation and the turns not saved yet, in place, then rewrite the file (VACUUM)
+        and empty its -wal, so no word of them is left in the history's files. The file stays and the
+        store goes on working; other connections to it (another Parley) see it empty.
+
+        Raises:
+            HistoryError: locked by another program or not writable: nothing was deleted. Or the
+                conversations were deleted but the file could not be rewritten (a reader still holds
+                the -wal, the disk is full): the message says so; erasing again finishes it.
+        """
+        with self._lock:
+            with self._transaction("delete all history (nothing was deleted)"):
+                self._db.execute("DELETE FROM turns")
+                self._db.execute("DELETE FROM conversations")
+            self._pending = []
+            try:
+                self._db.execute("VACUUM")
+                # TRUNCATE: the -wal, which still holds the old pages, is emptied once no reader needs it
+                busy = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except sqlite3.Error as e:
+                raise self._not_rewritten(str(e)) from e
+            if busy:
+                raise self._not_rewritten("another program is still reading it")
+
+    def _not_rewritten(self, cause: str) -> HistoryError:
+        return HistoryError(
+            f"{self.path}: every conversation was deleted, but the file could not be rewritten ({cause}), so some "
+            "of their words may still be in it; close other Parley windows or free disk space, then delete all "
+            "history again"
+        )
 
     # -- reading
 

@@ -3,6 +3,8 @@
 import json
 import re
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
@@ -15,6 +17,15 @@ from engine.history import HistoryStore, Turn, history_path
 def store(tmp_path):
     with HistoryStore(tmp_path / "profile.sqlite3", timeout_s=0.2) as s:
         yield s
+
+
+def bytes_on_disk(path) -> bytes:
+    """The database and its -wal and -shm as they are on disk, read by another process: this one closing a
+    file it opened would drop every SQLite lock it holds on it (POSIX locks are per process), letting the
+    next program checkpoint and delete the -wal under an open store (www.sqlite.org/howtocorrupt.html 2.2)."""
+    read = ("import pathlib, sys; p = pathlib.Path(sys.argv[1]); "
+            "sys.stdout.buffer.write(b''.join(f.read_bytes() for f in p.parent.glob(p.name + '*')))")
+    return subprocess.run([sys.executable, "-c", read, str(path)], capture_output=True, check=True).stdout
 
 
 def _conversation(store) -> int:
@@ -117,6 +128,66 @@ def test_delete_removes_the_conversation_and_its_turns(store, tmp_path):
     other = sqlite3.connect(tmp_path / "profile.sqlite3")
     assert other.execute("SELECT COUNT(*) FROM turns").fetchone()[0] == 0
     other.close()
+
+
+def test_erase_all_leaves_no_word_in_the_files_and_the_store_goes_on(store, tmp_path):
+    """erase_all(): every conversation and the pending turns go; not a byte of their text is left in the
+    database, its -wal or -shm; another connection, open all along, sees it empty; new turns are saved."""
+    path = tmp_path / "profile.sqlite3"
+    other = sqlite3.connect(path)
+    for i in range(20):  # enough pages that the file would keep free ones
+        cid = _conversation(store)
+        store.add_turn(cid, Turn("user", f"the vault code is zebra-{i} " * 40))
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages}")  # one more turn does not fit: it is pending
+    with pytest.raises(HistoryError):
+        store.add_turn(cid, Turn("user", "pending zebra " * 500))
+    store._db.execute("PRAGMA max_page_count = 1073741823")
+    assert b"zebra" in bytes_on_disk(path)
+    store.erase_all()
+    assert store.list_conversations() == [] and store.pending == []
+    assert b"zebra" not in bytes_on_disk(path) and b"capital of France" not in bytes_on_disk(path)
+    assert path.with_name(path.name + "-wal").stat().st_size == 0
+    assert other.execute("SELECT COUNT(*) FROM conversations").fetchone() == (0,)
+    cid = store.new_conversation()
+    store.add_turn(cid, Turn("user", "After."))
+    assert other.execute("SELECT text FROM turns").fetchall() == [("After.",)]
+    other.close()
+
+
+def test_erase_all_on_a_locked_file_deletes_nothing(store, tmp_path):
+    """Another program holding the write lock: erase_all() raises a HistoryError saying nothing was deleted,
+    and the conversations and the pending turn are all still there."""
+    cid = _conversation(store)
+    locker = sqlite3.connect(tmp_path / "profile.sqlite3", isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    with pytest.raises(HistoryError):
+        store.add_turn(cid, Turn("user", "Kept."))
+    with pytest.raises(HistoryError, match=r"cannot delete all history \(nothing was deleted\).*locked"):
+        store.erase_all()
+    locker.execute("ROLLBACK")
+    locker.close()
+    assert [t.text for _, t in store.pending] == ["Kept."]
+    store.retry_pending()
+    assert [t.text for t in store.open_conversation(cid).turns][-1] == "Kept."
+
+
+def test_erase_all_while_another_program_reads_says_the_file_is_not_rewritten_yet(store, tmp_path):
+    """A reader keeping its snapshot stops the -wal being emptied: the HistoryError says the conversations are
+    deleted but some words may still be in the file; erasing again once it is done leaves none."""
+    path = tmp_path / "profile.sqlite3"
+    _conversation(store)
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT * FROM turns").fetchall()
+    with pytest.raises(HistoryError, match="every conversation was deleted, but the file could not be rewritten "
+                                           r"\(another program is still reading it\)"):
+        store.erase_all()
+    assert store.list_conversations() == []
+    reader.execute("COMMIT")
+    reader.close()
+    store.erase_all()
+    assert b"capital of France" not in bytes_on_disk(path)
 
 
 def test_locked_database_gives_a_clear_error_and_keeps_the_turn(store, tmp_path):
