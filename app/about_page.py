@@ -4,7 +4,8 @@ of each profile, the settings, the models and caches), that nothing leaves it, a
 The places are the engine's own (engine/history.py history_path, engine/models.py models_dir, the
 Hugging Face cache, engine/stt/whisper.py cache_dir; app/models_page.py locate) and QSettings' file,
 so the page shows this machine's real paths. "Delete all history…" asks first, then emits
-delete_history(); the window closes every connection to the file and deletes it (delete_history_files).
+delete_history(); the window has the file erased in place, through the engine's own store
+(HistoryStore.erase_all) or, with no engine loaded, erase_history().
 Object names for the style sheet: QWidget#aboutPage, QLabel#headline, QLabel#aboutWhere, QLabel#hint.
 """
 
@@ -17,7 +18,9 @@ from PySide6.QtCore import QSettings, Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QMessageBox, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
+from app.errors import Problem
 from engine.errors import HistoryError
+from engine.history import HistoryStore
 
 # the model or library, its licence; shown one a line, in this order
 LICENSES = (
@@ -51,25 +54,22 @@ def history_files(path: Path) -> list[Path]:
     return [p for p in (path, *(path.with_name(path.name + s) for s in SQLITE_COMPANIONS)) if p.exists()]
 
 
-def delete_history_files(path: Path) -> list[Path]:
-    """Delete a history database with its -wal, -shm and -journal files; returns what was deleted.
-
-    Close every HistoryStore on it first: an open connection would keep writing to the deleted file.
-    The companions go first, so a failure part-way leaves the database whole (closing checkpointed it).
+def erase_history(path: Path) -> None:
+    """Erase every conversation in a history file, in place (HistoryStore.erase_all), where no engine holds
+    it open; a file that does not exist has nothing to erase (and is not made).
 
     Raises:
-        HistoryError: a file could not be deleted (the message names it and why).
+        HistoryError: the file is locked, not writable or not a history (the message says what is left).
     """
-    path, deleted = Path(path), []
-    for file in sorted(history_files(path), key=lambda p: p == path):
-        try:
-            file.unlink()
-        except FileNotFoundError:
-            continue
-        except OSError as e:
-            raise HistoryError(f"{file}: cannot delete it ({e.strerror}); check the file's permissions") from e
-        deleted.append(file)
-    return deleted
+    if Path(path).exists():
+        with HistoryStore(path) as store:
+            store.erase_all()
+
+
+def erase_failed(error: HistoryError) -> Problem:
+    """The Problem for a "Delete all history" that failed; the engine's message says what is still there."""
+    return Problem("The history could not be erased", str(error),
+                   "Close other Parley windows or programs using the file, then delete all history again.")
 
 
 def settings_location(store: QSettings) -> str:
@@ -88,7 +88,7 @@ class AboutPage(QWidget):
         history_file: the history database of the profile in use.
 
     Signals:
-        delete_history(): the user confirmed "Delete all history"; the window deletes it and calls refresh().
+        delete_history(): the user confirmed "Delete all history"; the window erases it and calls refresh().
     """
 
     delete_history = Signal()
@@ -183,8 +183,9 @@ class AboutPage(QWidget):
     def ask_delete(self) -> QMessageBox:
         """Ask to confirm deleting every conversation; returns the open message box (Cancel is its default)."""
         box = QMessageBox(QMessageBox.Icon.Warning, "Delete all history?",
-                          f"Delete every saved conversation of profile “{self.history_file.stem}”? The file "
-                          f"{self.history_file} is removed from this computer. This cannot be undone.", parent=self)
+                          f"Delete every saved conversation of profile “{self.history_file.stem}”? They are "
+                          f"erased from {self.history_file} and the file is rewritten, so no word of them is "
+                          "left in it. This cannot be undone.", parent=self)
         box.setObjectName("deleteAllConfirm")
         delete = box.addButton("Delete all", QMessageBox.ButtonRole.DestructiveRole)
         delete.setObjectName("confirmDeleteAll")

@@ -484,9 +484,9 @@ class MainWindow(QMainWindow):
         return self.history_file or history_path()
 
     def _delete_history(self) -> None:
-        """Close this thread's connection (the history view's), then have the worker delete the file once
-        its own is closed too; without a worker thread the file is deleted here."""
-        from app.about_page import delete_history_files
+        """Close this thread's connection (the history view's), then have the worker erase the history through
+        its own; without a worker thread it is erased here."""
+        from app.about_page import erase_failed, erase_history
         from engine.errors import HistoryError
 
         if self.history_view is not None:
@@ -499,9 +499,9 @@ class MainWindow(QMainWindow):
             self.forget_requested.emit(self._history_path())
             return
         try:
-            delete_history_files(self._history_path())
+            erase_history(self._history_path())
         except HistoryError as e:
-            self._history_deleted(problem_for(e, "deleting the history"))
+            self._history_deleted(erase_failed(e))
             return
         self._history_deleted(None)
 

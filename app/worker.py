@@ -121,7 +121,7 @@ class EngineWorker(QObject):
         device_restored(str, str): that device works again, and the message saying so.
         metrics(TurnMetrics, dict): a turn's figures and the recorder's summary {figure: Figure}.
         conversation_ended(): the conversation being saved to was deleted; the next turn starts a new one.
-        history_deleted(Problem | None): delete_history() finished: None, or why a file could not go.
+        history_deleted(Problem | None): delete_history() finished: None, or why the history could not be erased.
         closed(): shutdown() finished; everything is closed.
     """
 
@@ -377,37 +377,43 @@ class EngineWorker(QObject):
 
     @Slot(object)
     def delete_history(self, path: Path) -> None:
-        """Delete the history file (with -wal, -shm) once no connection of the engine is open on it; the
-        LLM forgets the conversation and the next turn starts a new one in a fresh file."""
-        from app.about_page import delete_history_files
+        """Erase every conversation in the history file, in place, through the engine's own store
+        (HistoryStore.erase_all; the turns not saved yet go too), so no connection is ever left on a deleted
+        file; then the LLM forgets and the next turn starts a new conversation. If nothing could be
+        deleted (locked, read-only), the conversation goes on as it was."""
+        from app.about_page import erase_failed, erase_history
         from engine.errors import HistoryError
-        from engine.history import HistoryStore
 
-        engine = self._engine
-        if engine is not None:
+        engine, problem = self._engine, None
+        loaded = engine is not None and engine.history.path == Path(path)
+        if loaded:
+            conversation_id = engine.dialogue.conversation_id
             engine.close_loop()  # no turn is being saved meanwhile
-            try:
-                engine.history.close()
-            except HistoryError:  # turns it could not save were to be deleted with the rest
-                pass
-        problem = None
         try:
-            delete_history_files(path)
+            if loaded:
+                engine.history.erase_all()
+            else:
+                erase_history(path)
         except HistoryError as e:
-            problem = problem_for(e, "deleting the history")
-        if engine is not None:
-            try:
-                engine.history = HistoryStore(engine.config.history_file or path)
-            except HistoryError as e:  # nowhere to save turns: reported like a failed load
-                self._close()
-                self.failed.emit(problem_for(e, "opening the history"))
-                self.history_deleted.emit(problem)
-                return
+            problem = erase_failed(e)
+        if not loaded:
+            self.history_deleted.emit(problem)
+            return
+        if problem is None or (conversation_id is not None and not self._still_saved(conversation_id)):
             engine.chat.clear_history()
-            self._rebuild_loop(engine, None)
+            conversation_id = None
+        self._rebuild_loop(engine, conversation_id)
         self.history_deleted.emit(problem)
-        if engine is not None:
-            self.ready.emit(self._info())
+        self.ready.emit(self._info())
+
+    def _still_saved(self, conversation_id: int) -> bool:
+        """Whether the conversation under way is still in the history (an erase that failed part-way)."""
+        from engine.errors import HistoryError
+
+        try:
+            return any(c.id == conversation_id for c in self._engine.history.list_conversations())
+        except HistoryError:  # cannot tell: keep it, so nothing is lost
+            return True
 
     @Slot()
     def shutdown(self) -> None:

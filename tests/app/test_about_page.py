@@ -1,6 +1,6 @@
 """The About / Privacy page on real widgets and a real SQLite history file: what it says is stored where,
-opening the folder, and deleting all history (asked first; the file, its -wal and -shm really go, and
-the History view shows the empty store)."""
+opening the folder, and deleting all history (asked first; erased in place, not a byte of it left in the
+file, its -wal or -shm, and the History view shows the empty store)."""
 
 import sqlite3
 
@@ -9,9 +9,10 @@ from PySide6.QtCore import QObject, Qt, QUrl, Slot
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QLabel, QMessageBox, QPushButton
 
-from app.about_page import LICENSES, AboutPage, delete_history_files, parley_version
+from app.about_page import LICENSES, AboutPage, erase_failed, erase_history, parley_version
 from app.main_window import MainWindow
 from engine.history import HistoryStore, Turn
+from tests.test_history import bytes_on_disk
 
 SECRET = "my bank PIN is zebra-4711"  # what must not survive "Delete all history"
 
@@ -26,10 +27,6 @@ def save_conversation(path, text=SECRET) -> int:
 
 def files_of(path):
     return [path.with_name(path.name + suffix) for suffix in ("", "-wal", "-shm")]
-
-
-def bytes_on_disk(path) -> bytes:
-    return b"".join(f.read_bytes() for f in files_of(path) if f.exists())
 
 
 def page_text(page: AboutPage) -> str:
@@ -111,11 +108,10 @@ def test_cancel_keeps_every_conversation(qtbot, settings, history_file):
         assert [c.id for c in store.list_conversations()] == [cid]
 
 
-def test_delete_all_history_removes_the_file_wal_and_shm_and_the_history_view_shows_it_empty(qtbot, settings,
-                                                                                           history_file):
-    """From the window (F1, no engine running): confirmed, the database and its -wal/-shm are deleted, not a
-    byte of the old conversation is left on disk, the open History view shows no conversations, the chat is
-    cleared."""
+def test_delete_all_history_erases_it_in_place_and_the_history_view_shows_it_empty(qtbot, settings, history_file):
+    """From the window (F1, no engine running): confirmed, every conversation is erased from the file, not a
+    byte of the old conversation is left in it, its -wal or -shm, the open History view shows no
+    conversations, the chat is cleared."""
     save_conversation(history_file)
     window = MainWindow(settings, history_file=history_file)
     qtbot.addWidget(window)
@@ -141,21 +137,31 @@ def test_delete_all_history_removes_the_file_wal_and_shm_and_the_history_view_sh
     view = window.history_view
     assert view.list.count() == 0 and view.empty.isVisibleTo(view)
     assert SECRET.encode() not in bytes_on_disk(history_file)
-    with sqlite3.connect(history_file) as db:  # the view's new store made an empty one
+    with sqlite3.connect(history_file) as db:  # the same file, empty
         assert db.execute("SELECT COUNT(*) FROM turns").fetchone() == (0,)
     assert window.chat.bubbles == [] and "deleted" in window.statusBar().currentMessage()
     assert "(SQLite)" in page_text(page)  # refreshed: it now lists the new, empty file
 
 
-def test_deleting_files_that_cannot_go_is_a_clear_error_and_keeps_the_database(history_file):
-    """A folder that refuses the deletion: HistoryError naming the file; the database itself stays whole."""
+def test_erasing_a_locked_history_is_a_clear_error_and_deletes_nothing(history_file):
+    """Another program holding the write lock: erase_history raises a HistoryError naming the file and the
+    lock, shown as "The history could not be erased"; every conversation is still there."""
     from engine.errors import HistoryError
 
     cid = save_conversation(history_file)
-    wal = history_file.with_name(history_file.name + "-wal")
-    wal.mkdir()  # a directory where the -wal file would be: unlink() fails on it, as on a locked file
-    with pytest.raises(HistoryError, match="-wal: cannot delete it"):  # unlink() of a folder fails, for root too
-        delete_history_files(history_file)
-    wal.rmdir()
+    locker = sqlite3.connect(history_file, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    with pytest.raises(HistoryError, match="locked") as raised:
+        erase_history(history_file)
+    locker.execute("ROLLBACK")
+    locker.close()
+    problem = erase_failed(raised.value)
+    assert problem.headline == "The history could not be erased" and str(history_file) in problem.detail
     with HistoryStore(history_file) as store:
         assert [c.id for c in store.list_conversations()] == [cid]
+
+
+def test_erasing_a_history_never_saved_makes_no_file(history_file):
+    """Nothing saved yet: erase_history has nothing to erase and leaves no file behind."""
+    erase_history(history_file)
+    assert not history_file.exists() and not history_file.parent.exists()

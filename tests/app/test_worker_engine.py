@@ -186,11 +186,81 @@ def test_asking_for_the_gpu_on_a_machine_without_one_runs_on_the_cpu_with_a_noti
     assert ready[0][0].device == "cpu"
 
 
+def test_deleting_all_history_erases_the_file_in_place_and_the_next_turn_is_saved_afresh(engine, qtbot, base_config):
+    """delete_history(): the worker's own store erases every conversation (not a byte of what was said is
+    left in the file, its -wal or -shm), the LLM forgets, and the next turn is the one conversation left."""
+    from engine.history import HistoryStore
+    from tests.test_history import bytes_on_disk
+
+    worker, requests, _, _ = engine
+    path = base_config.history_file
+    secret = "The vault code is seven seven four."
+    emitted(qtbot, worker.turn_finished, requests.speak, secret)
+    assert secret.encode() in bytes_on_disk(path)
+    ready = collect(worker.ready)
+    assert emitted(qtbot, worker.history_deleted, requests.forget, path) == (None,)
+    qtbot.waitUntil(lambda: bool(ready), timeout=TURN_S * 1000)
+    assert ready[-1][0].conversation_id is None and secret.encode() not in bytes_on_disk(path)
+    emitted(qtbot, worker.turn_finished, requests.speak, "Hello again.")
+    with HistoryStore(path) as store:
+        (conversation,) = store.list_conversations()
+        assert [t.text for t in store.open_conversation(conversation.id).turns] == ["Hello again."]
+
+
+def test_deleting_all_history_while_another_program_holds_it_deletes_nothing(engine, qtbot, base_config):
+    """The file locked by another program: history_deleted carries the Problem (nothing was deleted), and the
+    conversation goes on where it was, its saved turns and the next one in the same conversation."""
+    from engine.history import HistoryStore
+    from tests.test_history_faults import locked
+
+    worker, requests, _, _ = engine
+    path = base_config.history_file
+    emitted(qtbot, worker.turn_finished, requests.speak, "Keep this.")
+    ready = collect(worker.ready)
+    with locked(path):
+        (problem,) = emitted(qtbot, worker.history_deleted, requests.forget, path)
+    qtbot.waitUntil(lambda: bool(ready), timeout=TURN_S * 1000)
+    assert problem.headline == "The history could not be erased" and "nothing was deleted" in problem.detail
+    assert str(path) in problem.detail and "locked" in problem.detail
+    conversation_id = ready[-1][0].conversation_id
+    emitted(qtbot, worker.turn_finished, requests.speak, "And this.")
+    with HistoryStore(path) as store:
+        assert [t.text for t in store.open_conversation(conversation_id).turns][-2:] == ["Keep this.", "And this."]
+
+
+def test_a_turn_held_back_by_a_lock_after_deleting_all_history_is_saved_whole(engine, qtbot, base_config):
+    """Deleting all history, then a turn ending while another program holds the file: once it is free the
+    turn is written with the next one, and this process's own connections read the file whole (its bytes
+    are read by another process: this one closing a file it opened would drop the store's SQLite locks)."""
+    from engine.history import HistoryStore
+    from tests.test_history import bytes_on_disk
+    from tests.test_history_faults import locked
+
+    worker, requests, _, _ = engine
+    path = base_config.history_file
+    emitted(qtbot, worker.turn_finished, requests.speak, "Said before deleting.")
+    ready = collect(worker.ready)
+    assert emitted(qtbot, worker.history_deleted, requests.forget, path) == (None,)
+    qtbot.waitUntil(lambda: bool(ready), timeout=TURN_S * 1000)
+    assert b"Said before deleting." not in bytes_on_disk(path)
+    emitted(qtbot, worker.turn_finished, requests.speak, "Said after deleting.")
+    with HistoryStore(path) as store:  # a second connection of this process, as the history window has
+        assert len(store.list_conversations()) == 1
+    notices = collect(worker.notice)
+    with locked(path):
+        emitted(qtbot, worker.turn_finished, requests.speak, "Held back after deleting.")
+    assert len(notices) == 1 and "locked" in notices[0][0].detail
+    emitted(qtbot, worker.turn_finished, requests.speak, "Then saved.")
+    assert len(notices) == 1, notices[-1][0].detail  # the worker's own connection wrote them both
+    with HistoryStore(path) as store:
+        (conversation,) = store.list_conversations()
+        assert [t.text for t in store.open_conversation(conversation.id).turns] == [
+            "Said after deleting.", "Held back after deleting.", "Then saved."]
+
+
 def test_a_locked_history_is_a_notice_and_the_turn_is_saved_once_it_is_free(engine, qtbot, base_config):
     """Another program holding the history file while a turn ends: notice() carries the HistoryError (the bar,
-    not a dialog), the turn still finishes, and it is written with the next turn once the file is free.
-    (Before the deleting test: after it, this process's own SQLite connections read the fresh file as damaged
-    once the locked turn is written, though another process reads it whole; see the faults report.)"""
+    not a dialog), the turn still finishes, and it is written with the next turn once the file is free."""
     from engine.history import HistoryStore
     from tests.test_history_faults import locked
 
@@ -205,30 +275,6 @@ def test_a_locked_history_is_a_notice_and_the_turn_is_saved_once_it_is_free(engi
     with HistoryStore(base_config.history_file) as store:
         texts = [t.text for c in store.list_conversations() for t in store.open_conversation(c.id).turns]
     assert texts.count("Said while locked.") == 1 and texts.index("Said while locked.") < texts.index("Said after.")
-
-
-def test_deleting_all_history_removes_the_file_and_the_next_turn_is_saved_afresh(engine, qtbot, base_config):
-    """delete_history(): the worker closes its connection, the file with -wal/-shm goes (not a byte of what was
-    said is left), and the next turn is saved as the one conversation of a fresh file."""
-    from engine.history import HistoryStore
-
-    worker, requests, _, _ = engine
-    path = base_config.history_file
-    secret = "The vault code is seven seven four."
-    emitted(qtbot, worker.turn_finished, requests.speak, secret)
-
-    def on_disk() -> bytes:
-        return b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
-
-    assert secret.encode() in on_disk()
-    ready = collect(worker.ready)
-    assert emitted(qtbot, worker.history_deleted, requests.forget, path) == (None,)
-    qtbot.waitUntil(lambda: bool(ready), timeout=TURN_S * 1000)
-    assert ready[-1][0].conversation_id is None and secret.encode() not in on_disk()
-    (result,) = emitted(qtbot, worker.turn_finished, requests.speak, "Hello again.")
-    with HistoryStore(path) as store:
-        (conversation,) = store.list_conversations()
-        assert [t.text for t in store.open_conversation(conversation.id).turns] == ["Hello again."]
 
 
 def test_unplugged_devices_are_signalled_and_come_back_by_themselves(engine, qtbot, plugs):
