@@ -179,6 +179,7 @@ def main(argv=None) -> int:
 
 def soak(args, pulse: Pulse, work: Path, out: Path, stop: threading.Event) -> dict:
     from engine.audio import Microphone, Player, list_devices
+    from engine.audio.echo import EchoCanceller
     from engine.history import HistoryStore
     from engine.llm.chat import ChatModel, ChatOptions, bundled_model_path
     from engine.llm.clauses import ClauseOptions
@@ -204,6 +205,7 @@ def soak(args, pulse: Pulse, work: Path, out: Path, stop: threading.Event) -> di
     chat.clear_history()
     vad.probability(np.zeros(512, np.float32))
     list_devices("output")  # PortAudio's own start-up, once per process
+    EchoCanceller()  # livekit's runtime starts with the first one (4 threads, 10 fds) and stays
     print(f"loaded in {time.perf_counter() - t0:.0f} s; {args.turns} turns, "
           f"{sum(s.barge_in for s in steps)} barge-ins, {sum(not s.spoken for s in steps)} typed", file=sys.stderr)
 
