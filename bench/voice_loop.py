@@ -162,6 +162,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where TTS, Whisper and the LLM run")
     parser.add_argument("--size", default="tiny", choices=["tiny", "0.6b"], help="random TTS checkpoint size")
     parser.add_argument("--model", help="a TTS checkpoint folder instead of a random one")
+    parser.add_argument("--megakernel", default="auto", choices=["auto", "on", "off"],
+                        help="TTS decode steps in the CUDA megakernel: where it builds (auto), required, or never")
     parser.add_argument("--max-frames", type=int, default=12, help="random checkpoint: frames per clause cap")
     parser.add_argument("--turns", type=int, default=len(SCRIPT), help=f"scored turns (at most {len(SCRIPT)})")
     parser.add_argument("--silence-ms", type=int, default=700, help="the endpointer's end-of-turn pause")
@@ -224,7 +226,8 @@ def run(args, audio, work: Path, voices_dir: Path) -> int:
 
     t0 = time.perf_counter()
     checkpoint = Path(args.model) if args.model else random_checkpoint(work, args.size, args.max_frames)
-    tts = load_tts(checkpoint, device=args.device)
+    tts = load_tts(checkpoint, device=args.device, megakernel={"auto": None, "on": True, "off": False}[args.megakernel])
+    tts_path = "megakernel" if tts.model.frame_kernel is not None else "PyTorch"
     chat = ChatModel(bundled_model_path(), ChatOptions(n_ctx=2048, max_tokens=48, temperature=0.0,
                                                        n_threads=args.llm_threads,
                                                        n_gpu_layers=None if args.device == "cuda" else 0))
@@ -262,7 +265,7 @@ def run(args, audio, work: Path, voices_dir: Path) -> int:
 
     scored = dialogue.metrics.turns
     setup = (f"{platform.machine()} with {os.cpu_count()} CPU cores, --device {args.device}, --audio {args.audio}, "
-             f"TTS {args.model or 'random ' + args.size + f' (<= {args.max_frames} frames a clause)'} on {tts.device}, "
+             f"TTS {args.model or 'random ' + args.size + f' (<= {args.max_frames} frames a clause)'} on {tts.device} ({tts_path}), "
              f"Whisper {transcriber.path.name} on {transcriber.device} ({transcriber.compute_type}), "
              f"LLM {chat.model_path.name} with {chat.n_gpu_layers} GPU layers, silence window {args.silence_ms} ms")
     print(f"\n{scored} scored turns ({failed} failed), {setup}\n")
