@@ -156,9 +156,11 @@ class VoiceOptions:
     barge_in: hands-free, speech that starts while a turn runs stops that turn.
     echo_cancellation: take Parley's own voice out of the microphone (engine/audio/echo.py, fed with
         what the dialogue's player plays), so open speakers do not make it interrupt itself; turn it
-        off with a headset, where there is no echo to take out.
-    barge_in_ms: speech over a running turn must also stay this long above the level gate below
-        before it stops the turn; speech that never does (residual echo) makes no turn either.
+        off with a headset, where there is no echo to take out. The canceller learns the room from
+        Parley's first 3 s of speech: until then speaking over Parley does not stop it (stop() still does).
+    barge_in_ms: speech over a running turn must also be this long above the level gate below, out
+        of any twice that long, before it stops the turn; speech that never is (residual echo) makes
+        no turn either.
     barge_in_margin_db: the level gate: this far above the loudest block of the second before the
         speech began (the residual echo while Parley talks, else the room's noise) ...
     barge_in_min_dbfs: ... and never below this level.
@@ -178,7 +180,7 @@ class VoiceOptions:
     device_retry_ms: int = 1000
     echo_cancellation: bool = True
     barge_in_ms: int = 250
-    barge_in_margin_db: float = 10.0
+    barge_in_margin_db: float = 6.0
     barge_in_min_dbfs: float = -50.0
 
     def __post_init__(self):
@@ -212,26 +214,24 @@ def _message(error: Exception) -> str:
 
 
 class _BargeInGate:
-    """Whether speech the VAD found over a running turn is the user's: its level must stay
-    options.barge_in_margin_db above the loudest block of the second before it began (and at least
-    options.barge_in_min_dbfs) for options.barge_in_ms in a row."""
+    """Whether speech the VAD found over a running turn is the user's: of the last 2 x
+    options.barge_in_ms of blocks, options.barge_in_ms must be options.barge_in_margin_db above the
+    loudest block of the second before them (and at least options.barge_in_min_dbfs). Speech dips between
+    syllables; a residual echo rises no higher than it did the second before."""
 
-    def __init__(self, options: VoiceOptions, run_start: int, levels: deque[tuple[int, float]]):
-        """run_start: the stream sample where the VAD's speech run began; levels: (block start, dBFS) so far."""
-        before = [dbfs for start, dbfs in levels if run_start - SAMPLE_RATE_HZ <= start < run_start]
-        self.threshold_dbfs = max(options.barge_in_min_dbfs, max(before, default=SILENT_DBFS) + options.barge_in_margin_db)
+    def __init__(self, options: VoiceOptions):
+        self._options = options
         self._needed = _blocks(options.barge_in_ms)
-        self._run = 0
-        self.passed = False
-        for start, dbfs in levels:  # the speech run so far counts
-            if start >= run_start:
-                self.feed(dbfs)
+        self.history_blocks = 2 * self._needed + _blocks(1000)  # the levels check() looks at
+        self.threshold_dbfs = options.barge_in_min_dbfs
 
-    def feed(self, dbfs: float) -> bool:
-        """Takes the next block's level; True once the gate has passed."""
-        self._run = self._run + 1 if dbfs >= self.threshold_dbfs else 0
-        self.passed = self.passed or self._run >= self._needed
-        return self.passed
+    def check(self, levels: deque[float]) -> bool:
+        """levels: the blocks' dBFS so far, the newest last (history_blocks of them suffice)."""
+        recent = list(levels)[-2 * self._needed :]
+        before = list(levels)[-self.history_blocks : -2 * self._needed]
+        self.threshold_dbfs = max(self._options.barge_in_min_dbfs,
+                                  max(before, default=SILENT_DBFS) + self._options.barge_in_margin_db)
+        return sum(dbfs >= self.threshold_dbfs for dbfs in recent) >= self._needed
 
 
 @dataclass(frozen=True)
@@ -453,9 +453,9 @@ class VoiceLoop:
         recent: deque[tuple[int, np.ndarray]] = deque(maxlen=_blocks(opts.vad.pre_roll_ms + opts.vad.min_speech_ms) + 1)
         utterance: list[np.ndarray] = []  # with partials: the utterance so far
         level: list[np.ndarray] = []
-        # (stream sample where a block starts, its level): what the barge-in gate measures against
-        levels: deque[tuple[int, float]] = deque(maxlen=_blocks(1000 + opts.vad.pre_roll_ms + opts.vad.min_speech_ms) + 1)
-        gate: _BargeInGate | None = None  # speech over a running turn that has not passed the gate yet
+        gate = _BargeInGate(opts)
+        levels: deque[float] = deque(maxlen=gate.history_blocks)  # the blocks' dBFS: what the gate measures
+        gating = False  # speech over a running turn has not passed the gate yet
         pos = 0
         try:
             while not self._closing.is_set():
@@ -469,30 +469,28 @@ class VoiceLoop:
                 if block is None:
                     continue
                 captured.append((pos, block.t_captured))
-                levels.append((pos, _rms_dbfs(block.pcm)))
+                levels.append(_rms_dbfs(block.pcm))
                 pos += BLOCK_SAMPLES
                 level.append(block.pcm)
                 if len(level) >= level_blocks:
                     self._emit(Level(_rms_dbfs(np.concatenate(level))))
                     level.clear()
-                if gate is not None and gate.feed(levels[-1][1]):
-                    gate = None
+                if gating and self._echo_settled() and gate.check(levels):
+                    gating = False
                     self._speech_started()
                 for event in ep.feed(block.pcm):
                     if isinstance(event, SpeechStart):
                         if opts.partials:
                             utterance = [b for start, b in recent if start + BLOCK_SAMPLES > event.start_sample]
                         if self._phase is not None and self._mode is Mode.HANDS_FREE and opts.barge_in:
-                            run_start = event.start_sample + round(opts.vad.pre_roll_ms * SAMPLE_RATE_HZ / 1000)
-                            gate = _BargeInGate(opts, run_start, levels)
-                            if not gate.passed:
+                            gating = not (self._echo_settled() and gate.check(levels))
+                            if gating:
                                 continue
-                            gate = None
                         self._speech_started()
-                    elif gate is not None:  # it never passed: Parley's own residual echo, or a murmur
+                    elif gating:  # it never passed: Parley's own residual echo, or a murmur
                         log.info("speech over Parley's reply stayed below the barge-in gate (%.1f dBFS); ignored",
                                  gate.threshold_dbfs)
-                        gate = None
+                        gating = False
                         utterance = []
                     else:
                         self._utterance_ended(event, captured, block.t_captured)
@@ -510,6 +508,10 @@ class VoiceLoop:
             log.exception("the listening thread failed")
             self._update(mic_lost=True, hearing=False)
             self._emit(TurnFailed(_message(e), e))
+
+    def _echo_settled(self) -> bool:
+        # until the canceller has converged its residual echo is as loud as the user: no barge-in by voice
+        return self._echo is None or self._echo.converged
 
     def _microphone_back(self, error: AudioDeviceLostError, ep: Endpointer, captured) -> bool:
         """The microphone was lost: what was being said becomes a turn, and the microphone is opened again

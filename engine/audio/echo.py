@@ -37,6 +37,9 @@ RESYNC_S = 0.02
 # With no far-end sound for this long the near end passes through untouched (AEC3's echo tail is far
 # shorter), so a silent Parley costs nothing and changes nothing.
 IDLE_S = 1.0
+# AEC3's filter needs about this much of Parley's voice before its residual echo drops (bench/aec.py:
+# peaks near the speech's own level in the first 2-3 s, 60 dB below it after).
+CONVERGE_S = 3.0
 
 
 class EchoCanceller:
@@ -61,6 +64,7 @@ class EchoCanceller:
         self._near = np.zeros(0, np.float32)  # near-end samples not yet a whole frame
         self._read: int | None = None  # the far-end sample paired with the first of self._near
         self._drift = 0.0  # the average of (where the clocks point - self._read), in samples
+        self._cancelled = 0  # frames run through AEC3 with far-end sound
 
     def far_end(self, pcm: np.ndarray, rate_hz: int, t_sound: float) -> None:
         """Takes the exact mono samples handed to the speakers (silence included) at their rate, and the
@@ -121,7 +125,13 @@ class EchoCanceller:
                 if self._read - self._last_sound > IDLE_S * RATE_HZ:
                     continue
                 out[start : start + FRAME_SAMPLES] = self._cancel(out[start : start + FRAME_SAMPLES], far)
+                self._cancelled += 1
             return out
+
+    @property
+    def converged(self) -> bool:
+        """AEC3 has had CONVERGE_S of Parley's voice; before that its residual echo can be as loud as speech."""
+        return self._cancelled * FRAME_SAMPLES >= CONVERGE_S * RATE_HZ
 
     def _far_block(self, index: int, n: int) -> np.ndarray:
         """Far-end samples index .. index+n; zeros where none were received or the ring no longer has them."""

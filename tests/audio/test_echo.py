@@ -67,3 +67,142 @@ def test_parleys_own_voice_played_and_recorded_back_is_cancelled(sound_server, s
     keep = loud & (np.arange(frames) >= first + 100)
     erle_db = 10 * np.log10(np.sum(raw_f[keep] ** 2) / np.sum(out_f[keep] ** 2))
     assert erle_db > 10, f"ERLE {erle_db:.1f} dB"
+
+
+# -- the voice loop on the loopback: Parley's own voice must not barge in, a second voice must ----------
+
+REPLY = ("The train to Lyon leaves at ten past nine from platform four. It takes about two hours, and there "
+         "is a dining car. The next one after that leaves at eleven, from the same platform.")
+QUESTION = "Tell me about the weather today."  # espeak + Whisper base hear this word for word
+
+
+class EspeakVoice:
+    """The tiny TTS engine, but each clause is spoken by espeak-ng, so what Parley says is real speech
+    (the tiny checkpoint's random weights make noise that no VAD takes for a voice)."""
+
+    def __init__(self, tts, speak):
+        self._tts, self._speak = tts, speak
+
+    def __getattr__(self, name):
+        return getattr(self._tts, name)
+
+    def stream(self, text, *args, **kwargs):
+        import soxr
+
+        return _EspeakStream(soxr.resample(self._speak(text), 16_000, 24_000).astype(np.float32))
+
+
+class _EspeakStream:
+    notice = None
+
+    def __init__(self, pcm):
+        import time
+
+        self.t_start, self._pcm, self._cancelled = time.perf_counter(), pcm, False
+
+    def cancel(self):
+        self._cancelled = True
+
+    def __iter__(self):
+        import time
+        from types import SimpleNamespace
+
+        for start in range(0, len(self._pcm), 1920):  # 80 ms chunks, as the TTS streams them
+            if self._cancelled:
+                return
+            yield SimpleNamespace(pcm=self._pcm[start : start + 1920], t_ready=time.perf_counter())
+
+
+def second_voice(sound_server, tmp_path):
+    """espeak-ng's English female voice saying QUESTION, played into 'vsink' (mixed with Parley's) by pacat."""
+    import subprocess
+
+    import soundfile
+    import soxr
+
+    wav = tmp_path / "second.wav"
+    subprocess.run(["espeak-ng", "-v", "en-us+f3", "-s", "150", "-w", str(wav), QUESTION], check=True)
+    audio, rate = soundfile.read(wav, dtype="float32")
+    audio = soxr.resample(audio, rate, 16_000).astype(np.float32)
+    player = subprocess.Popen(["pacat", "--playback", "--device=vsink", "--raw", "--format=float32le",
+                               "--rate=16000", "--channels=1"], stdin=subprocess.PIPE, env=sound_server.env)
+    player.stdin.write(audio.tobytes())
+    player.stdin.close()
+    return player
+
+
+@pytest.fixture(scope="module")
+def chat(smollm2_path):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+    from engine.llm.chat import ChatModel, ChatOptions
+
+    return ChatModel(smollm2_path, ChatOptions(n_ctx=512, max_tokens=20, n_threads=1, temperature=0.0))
+
+
+@pytest.fixture
+def loopback_loop(sound_server, chat, short_tts, transcriber, speak, tmp_path):
+    """run(**VoiceOptions) -> (loop, events, dialogue): a hands-free loop whose microphone records its own
+    speakers ('vsink' and its monitor), Parley speaking with espeak-ng."""
+    from contextlib import ExitStack
+
+    from engine.audio import Microphone, Player
+    from engine.history import HistoryStore
+    from engine.llm.clauses import ClauseOptions
+    from engine.pipeline import Dialogue, DialogueOptions
+    from engine.voice import VadOptions, VoiceLoop, VoiceOptions
+    from tests.test_voice import Events
+
+    chat.clear_history()
+    with ExitStack() as stack:
+        player, mic = stack.enter_context(Player()), stack.enter_context(Microphone())
+        history = stack.enter_context(HistoryStore(tmp_path / "history.sqlite3"))
+        dialogue = Dialogue(chat, EspeakVoice(short_tts, speak), player, history, transcriber,
+                            options=DialogueOptions(speaker="ryan", clauses=ClauseOptions(min_first_words=1, min_words=2)))
+
+        def run(**options):
+            events = Events()
+            loop = stack.enter_context(VoiceLoop(dialogue, mic, options=VoiceOptions(vad=VadOptions(silence_ms=500), **options)))
+            loop.subscribe(events)
+            loop.start()
+            return loop, events, dialogue
+
+        yield run
+
+
+def test_parleys_own_voice_from_the_speakers_does_not_barge_in(loopback_loop):
+    from engine.voice import BargeIn, Heard, SpeechStarted, TurnFinished
+
+    loop, events, dialogue = loopback_loop()
+    loop.submit_text(REPLY, speak_only=True)
+    finished = events.wait_for(TurnFinished)
+    loop.close()
+    assert not finished.result.interrupted and finished.result.heard_text
+    assert dialogue.player.stats().frames_played > 24_000 * 5  # over 5 s of speech went out and came back
+    assert not events.of(BargeIn) and not events.of(SpeechStarted) and not events.of(Heard)
+
+
+def test_with_neither_echo_cancellation_nor_the_level_gate_parleys_own_voice_barges_in(loopback_loop):
+    """The control for the test above: the same echo is taken for the user once nothing stops it (the
+    gate opened wide: its loudest-block floor alone, for one block)."""
+    from engine.voice import BargeIn, TurnFinished
+
+    loop, events, _ = loopback_loop(echo_cancellation=False, barge_in_margin_db=0.0, barge_in_min_dbfs=-100.0,
+                                    barge_in_ms=1)
+    loop.submit_text(REPLY, speak_only=True)
+    events.wait_for(BargeIn)
+    assert events.wait_for(TurnFinished).result.interrupted
+
+
+def test_a_second_voice_over_parleys_speech_barges_in_and_is_heard(loopback_loop, sound_server, tmp_path):
+    from engine.voice import BargeIn, Heard, TurnFinished
+
+    loop, events, dialogue = loopback_loop()
+    loop.submit_text(REPLY, speak_only=True)
+    # five seconds into Parley's reply (AEC3 converges in its first two or three), the user speaks over it
+    assert dialogue.player.wait_until(lambda s: s.frames_played >= 5 * 24_000, 60)
+    assert not events.of(BargeIn)
+    second_voice(sound_server, tmp_path).wait()
+    events.wait_for(BargeIn)
+    assert events.wait_for(TurnFinished).result.interrupted
+    # the turn is the second voice's (its first words were spoken over Parley, so only the end is sure)
+    assert "today" in events.wait_for(Heard).text.lower()
