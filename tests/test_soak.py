@@ -25,7 +25,7 @@ def soak(tmp_path_factory, whisper_dir, smollm2_path):
         pytest.skip(f"{', '.join(missing)} not installed: apt-get install --no-install-recommends "
                     "pulseaudio pulseaudio-utils libasound2-plugins espeak-ng")
     out = tmp_path_factory.mktemp("soak")
-    # short replies and clauses keep it near a minute and a half on 2 cores; a talked-over reply still
+    # short replies and clauses keep it near two minutes on 2 cores; a talked-over reply still
     # has clauses left when the VAD hears the user (within --barge-delay-s of its first clause)
     done = subprocess.run(
         [sys.executable, "bench/soak.py", "--out", str(out), "--whisper", str(whisper_dir),
