@@ -157,7 +157,8 @@ class VoiceOptions:
     echo_cancellation: take Parley's own voice out of the microphone (engine/audio/echo.py, fed with
         what the dialogue's player plays), so open speakers do not make it interrupt itself; turn it
         off with a headset, where there is no echo to take out. The canceller learns the room from
-        Parley's first 3 s of speech: until then speaking over Parley does not stop it (stop() still does).
+        Parley's first 3 s of speech: until then the barge-in gate measures against the echo before
+        cancelling, as without it.
     barge_in_ms: speech over a running turn must also be this long above the level gate below, out
         of any twice that long, before it stops the turn; speech that never is (residual echo) makes
         no turn either.
@@ -217,7 +218,9 @@ class _BargeInGate:
     """Whether speech the VAD found over a running turn is the user's: of the last 2 x
     options.barge_in_ms of blocks, options.barge_in_ms must be options.barge_in_margin_db above the
     loudest block of the second before them (and at least options.barge_in_min_dbfs). Speech dips between
-    syllables; a residual echo rises no higher than it did the second before."""
+    syllables; a residual echo rises no higher than it did the second before. While the canceller
+    converges (its residual can be as loud as speech) the echo before cancelling sets that floor, as
+    it would with no canceller."""
 
     def __init__(self, options: VoiceOptions):
         self._options = options
@@ -225,12 +228,15 @@ class _BargeInGate:
         self.history_blocks = 2 * self._needed + _blocks(1000)  # the levels check() looks at
         self.threshold_dbfs = options.barge_in_min_dbfs
 
-    def check(self, levels: deque[float]) -> bool:
-        """levels: the blocks' dBFS so far, the newest last (history_blocks of them suffice)."""
-        recent = list(levels)[-2 * self._needed :]
+    def check(self, levels: deque[tuple[float, float]], echo=None) -> bool:
+        """levels: (t_captured, dBFS) of the blocks so far, the newest last (history_blocks of them
+        suffice); echo: the EchoCanceller, whose echo before cancelling counts while it converges."""
+        recent = [dbfs for _, dbfs in list(levels)[-2 * self._needed :]]
         before = list(levels)[-self.history_blocks : -2 * self._needed]
-        self.threshold_dbfs = max(self._options.barge_in_min_dbfs,
-                                  max(before, default=SILENT_DBFS) + self._options.barge_in_margin_db)
+        floor = max((dbfs for _, dbfs in before), default=SILENT_DBFS)
+        if echo is not None and before:
+            floor = max(floor, echo.echo_dbfs(before[0][0] - BLOCK_SAMPLES / SAMPLE_RATE_HZ, before[-1][0]))
+        self.threshold_dbfs = max(self._options.barge_in_min_dbfs, floor + self._options.barge_in_margin_db)
         return sum(dbfs >= self.threshold_dbfs for dbfs in recent) >= self._needed
 
 
@@ -454,7 +460,7 @@ class VoiceLoop:
         utterance: list[np.ndarray] = []  # with partials: the utterance so far
         level: list[np.ndarray] = []
         gate = _BargeInGate(opts)
-        levels: deque[float] = deque(maxlen=gate.history_blocks)  # the blocks' dBFS: what the gate measures
+        levels: deque[tuple[float, float]] = deque(maxlen=gate.history_blocks)  # (t_captured, dBFS): what the gate measures
         gating = False  # speech over a running turn has not passed the gate yet
         pos = 0
         try:
@@ -469,13 +475,13 @@ class VoiceLoop:
                 if block is None:
                     continue
                 captured.append((pos, block.t_captured))
-                levels.append(_rms_dbfs(block.pcm))
+                levels.append((block.t_captured, _rms_dbfs(block.pcm)))
                 pos += BLOCK_SAMPLES
                 level.append(block.pcm)
                 if len(level) >= level_blocks:
                     self._emit(Level(_rms_dbfs(np.concatenate(level))))
                     level.clear()
-                if gating and self._echo_settled() and gate.check(levels):
+                if gating and gate.check(levels, self._echo):
                     gating = False
                     self._speech_started()
                 for event in ep.feed(block.pcm):
@@ -483,7 +489,7 @@ class VoiceLoop:
                         if opts.partials:
                             utterance = [b for start, b in recent if start + BLOCK_SAMPLES > event.start_sample]
                         if self._phase is not None and self._mode is Mode.HANDS_FREE and opts.barge_in:
-                            gating = not (self._echo_settled() and gate.check(levels))
+                            gating = not gate.check(levels, self._echo)
                             if gating:
                                 continue
                         self._speech_started()
@@ -508,10 +514,6 @@ class VoiceLoop:
             log.exception("the listening thread failed")
             self._update(mic_lost=True, hearing=False)
             self._emit(TurnFailed(_message(e), e))
-
-    def _echo_settled(self) -> bool:
-        # until the canceller has converged its residual echo is as loud as the user: no barge-in by voice
-        return self._echo is None or self._echo.converged
 
     def _microphone_back(self, error: AudioDeviceLostError, ep: Endpointer, captured) -> bool:
         """The microphone was lost: what was being said becomes a turn, and the microphone is opened again

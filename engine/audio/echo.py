@@ -13,7 +13,9 @@ delay, which its own delay estimator does.
 from __future__ import annotations
 
 import logging
+import math
 import threading
+from collections import deque
 
 import numpy as np
 
@@ -65,6 +67,8 @@ class EchoCanceller:
         self._read: int | None = None  # the far-end sample paired with the first of self._near
         self._drift = 0.0  # the average of (where the clocks point - self._read), in samples
         self._cancelled = 0  # frames run through AEC3 with far-end sound
+        # (when a frame was recorded, its level before cancelling), kept while AEC3 converges
+        self._raw: deque[tuple[float, float]] = deque(maxlen=int(3 * RATE_HZ / FRAME_SAMPLES))
 
     def far_end(self, pcm: np.ndarray, rate_hz: int, t_sound: float) -> None:
         """Takes the exact mono samples handed to the speakers (silence included) at their rate, and the
@@ -117,6 +121,7 @@ class EchoCanceller:
                 if waiting > 0:
                     whole -= min(-(-min(waiting, int(HOLD_S * RATE_HZ)) // FRAME_SAMPLES) * FRAME_SAMPLES, whole)
             out, self._near = near[:whole].copy(), near[whole:].copy()
+            t_first = t_recorded - (len(near) - len(pcm)) / RATE_HZ  # when out[0] was recorded
             for start in range(0, whole, FRAME_SAMPLES):
                 if self._read is None:
                     continue
@@ -124,6 +129,9 @@ class EchoCanceller:
                 self._read += FRAME_SAMPLES
                 if self._read - self._last_sound > IDLE_S * RATE_HZ:
                     continue
+                if not self.converged:
+                    power = float(np.mean(np.square(out[start : start + FRAME_SAMPLES], dtype=np.float64)))
+                    self._raw.append((t_first + start / RATE_HZ, 10 * math.log10(max(power, 1e-10))))
                 out[start : start + FRAME_SAMPLES] = self._cancel(out[start : start + FRAME_SAMPLES], far)
                 self._cancelled += 1
             return out
@@ -132,6 +140,15 @@ class EchoCanceller:
     def converged(self) -> bool:
         """AEC3 has had CONVERGE_S of Parley's voice; before that its residual echo can be as loud as speech."""
         return self._cancelled * FRAME_SAMPLES >= CONVERGE_S * RATE_HZ
+
+    def echo_dbfs(self, start: float, end: float) -> float:
+        """While AEC3 converges, the loudest level the microphone had before cancelling in the frames
+        recorded between perf_counter() times start and end while Parley spoke (its echo, if the
+        speakers are heard at all); -100 once it has converged, or for none."""
+        with self._lock:
+            if self.converged:
+                return -100.0
+            return max((dbfs for t, dbfs in self._raw if start <= t < end), default=-100.0)
 
     def _far_block(self, index: int, n: int) -> np.ndarray:
         """Far-end samples index .. index+n; zeros where none were received or the ring no longer has them."""
