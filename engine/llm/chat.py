@@ -188,6 +188,7 @@ class ChatModel:
         self.options = options or ChatOptions()
         self.system_prompt = system_prompt
         self._history: list[dict[str, str]] = []
+        self._first = 0  # index in _history of the oldest message still sent (see prompt_messages)
         self._busy = False
         try:
             import llama_cpp
@@ -226,10 +227,12 @@ class ChatModel:
             if m.get("role") not in ("user", "assistant") or not isinstance(m.get("content"), str):
                 raise InputTextError(f"history message {m!r} needs role 'user' or 'assistant' and a string content")
         self._history = [{"role": m["role"], "content": m["content"]} for m in messages]
+        self._first = 0
 
     def clear_history(self):
         """Forget the conversation (the system prompt stays)."""
         self._history = []
+        self._first = 0
 
     def count_tokens(self, text: str) -> int:
         """How many tokens `text` is for this model."""
@@ -238,7 +241,10 @@ class ChatModel:
     def prompt_messages(self, user_text: str) -> list[dict[str, str]]:
         """The messages sent for `user_text`: system prompt, as much recent history as fits, the user turn.
 
-        Oldest turns are dropped first, so prompt + max_tokens <= n_ctx.
+        Oldest turns are dropped first, so prompt + max_tokens <= n_ctx. When the history no longer fits,
+        enough is dropped for it to fill only half of the room left, and that start is kept for the
+        turns after: llama.cpp then reuses the cached prompt and reads only the new turn, where
+        dropping one turn each time would change the prompt's start and make it read everything again.
 
         Raises:
             InputTextError: the system prompt and this user turn alone leave no room for a reply.
@@ -257,15 +263,17 @@ class ChatModel:
                 f"{self.options.max_tokens} the context of {self.options.n_ctx} tokens leaves room for "
                 f"{budget}; shorten the message or raise ChatOptions.n_ctx"
             )
-        kept: list[dict] = []
-        for message in reversed(self._history):
-            used += cost(message)
-            if used > budget:
-                break
-            kept.append(message)
-        kept.reverse()
+        first = min(self._first, len(self._history))
+        costs = [cost(m) for m in self._history[first:]]
+        if used + sum(costs) > budget:
+            room, total = (budget - used) // 2, sum(costs)
+            while costs and total > room:
+                total -= costs.pop(0)
+                first += 1
+            self._first = first
+        kept = self._history[first:]
         while kept and kept[0]["role"] == "assistant":  # a prompt's history starts with a user turn
-            kept.pop(0)
+            kept = kept[1:]
         return head + kept + [user]
 
     def stream_reply(self, user_text: str, cancel: threading.Event | None = None) -> Reply:

@@ -62,6 +62,22 @@ def test_history_is_trimmed_oldest_first_to_fit_the_context(chat):
     assert len(messages) < 22
 
 
+def test_a_long_conversation_keeps_the_start_of_its_prompt_for_several_turns(chat):
+    """Past the context, the history is cut by half the room at a time, not one turn a turn, so most
+    turns' prompts start where the previous one did (llama.cpp's cached prefix) and every one fits."""
+    budget = OPTIONS.n_ctx - OPTIONS.max_tokens
+    starts = []
+    for i in range(24):
+        messages = chat.prompt_messages(f"Turn {i}: tell me one more fact about the sea.")
+        assert sum(chat.count_tokens(m["content"]) + 8 for m in messages) <= budget
+        starts.append(messages[1]["content"])
+        "".join(chat.stream_reply(messages[-1]["content"]))
+    trimmed = [i for i in range(1, len(starts)) if starts[i] != starts[i - 1]]
+    assert trimmed, "the conversation never outgrew the context: the test needs more turns"
+    assert len(trimmed) <= (len(starts) - trimmed[0]) // 3
+    assert chat.prompt_messages("And now?")[-3]["content"].startswith("Turn 23:")
+
+
 def test_a_message_too_long_for_the_context_is_a_clear_error(chat):
     """A user turn that cannot fit with room for the reply raises InputTextError with the numbers."""
     with pytest.raises(InputTextError, match="context of 512 tokens"):
