@@ -222,7 +222,9 @@ def soak(args, pulse: Pulse, work: Path, out: Path, stop: threading.Event) -> di
     with Player() as player, Microphone() as mic, HistoryStore(history_file) as history:
         dialogue = Dialogue(chat, tts, player, history, transcriber, metrics=MetricsRecorder(window=args.turns),
                             options=DialogueOptions(tts_seed=args.seed, clauses=clauses))
-        with VoiceLoop(dialogue, mic, VoiceOptions(vad=VadOptions(silence_ms=args.silence_ms)), vad=vad) as loop:
+        # the user's microphone is a null sink of its own (a headset): no echo to cancel
+        options = VoiceOptions(vad=VadOptions(silence_ms=args.silence_ms), echo_cancellation=False)
+        with VoiceLoop(dialogue, mic, options, vad=vad) as loop:
             loop.subscribe(events)
             loop.start()
             talked_over = None  # the barge-in speech of this turn, started during the previous one
