@@ -162,8 +162,8 @@ class VoiceOptions:
     barge_in_ms: speech over a running turn must also be this long above the level gate below, out
         of any twice that long, before it stops the turn; speech that never is (residual echo) makes
         no turn either.
-    barge_in_margin_db: the level gate: this far above the loudest block of the second before the
-        speech began (the residual echo while Parley talks, else the room's noise) ...
+    barge_in_margin_db: the level gate: this far above the loudest block of the second before those
+        (the residual echo while Parley talks, else the room's noise) ...
     barge_in_min_dbfs: ... and never below this level.
     partials: emit Partial transcripts while the user speaks (costs Whisper runs on the CPU).
     partial_interval_ms: new audio between two partial transcripts.
