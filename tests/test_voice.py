@@ -38,9 +38,11 @@ class Events:
             self.seen.append(event)
             self._changed.notify_all()
 
-    def of(self, kind):
+    def of(self, event_class, /, **fields):
+        """The events of `event_class` so far whose fields have these values."""
         with self._changed:
-            return [e for e in self.seen if isinstance(e, kind)]
+            return [e for e in self.seen
+                    if isinstance(e, event_class) and all(getattr(e, k) == v for k, v in fields.items())]
 
     def wait(self, predicate, what: str, timeout_s: float = WAIT_S):
         """Waits until predicate(events so far) is true; fails the test naming `what` otherwise."""
@@ -49,9 +51,11 @@ class Events:
                 shown = [e for e in self.seen if not isinstance(e, (Level, ReplyText))]
                 pytest.fail(f"no {what} within {timeout_s} s; events (no levels or reply text): {shown}")
 
-    def wait_for(self, kind, what: str = "", count: int = 1):
-        self.wait(lambda seen: sum(isinstance(e, kind) for e in seen) >= count, what or kind.__name__)
-        return self.of(kind)[count - 1]
+    def wait_for(self, event_class, /, what: str = "", count: int = 1, **fields):
+        """The count-th event of `event_class` (with these field values)."""
+        self.wait(lambda seen: len(self.of(event_class, **fields)) >= count,
+                  what or f"{event_class.__name__} {fields or ''}")
+        return self.of(event_class, **fields)[count - 1]
 
     def states(self):
         return [e.state for e in self.of(StateChanged)]

@@ -5,7 +5,6 @@ the same names are loaded again. Player and Microphone, then the voice loop with
 and a SQLite history: a clear message, the turn in flight saved, and the loop carrying on by itself."""
 
 import subprocess
-import threading
 
 import numpy as np
 import pytest
@@ -144,34 +143,6 @@ def play_into(sink: str, plugs: Plugs, audio: np.ndarray) -> subprocess.Popen:
 # -- the voice loop -----------------------------------------------------------------------------------
 
 
-class Events:
-    """Every event the loop emits, in order, with waits that wake on each new one (no sleeps)."""
-
-    def __init__(self):
-        self.seen = []
-        self._changed = threading.Condition()
-
-    def __call__(self, event):
-        with self._changed:
-            self.seen.append(event)
-            self._changed.notify_all()
-
-    def of(self, event_class, **fields):
-        with self._changed:
-            return [e for e in self.seen
-                    if isinstance(e, event_class) and all(getattr(e, k) == v for k, v in fields.items())]
-
-    def wait_for(self, event_class, count: int = 1, **fields):
-        """The count-th event of `event_class` (with these field values); fails the test after WAIT_S."""
-        with self._changed:
-            if not self._changed.wait_for(lambda: len(self.of(event_class, **fields)) >= count, WAIT_S):
-                from engine.voice import Level, ReplyText
-
-                shown = [e for e in self.seen if not isinstance(e, (Level, ReplyText))]
-                pytest.fail(f"no {event_class.__name__} {fields} within {WAIT_S} s; events so far: {shown}")
-            return self.of(event_class, **fields)[count - 1]
-
-
 @pytest.fixture(scope="module")
 def chat(smollm2_path):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
@@ -202,6 +173,7 @@ def test_the_loop_saves_the_cut_turn_says_the_speakers_are_gone_and_speaks_again
     from engine.audio import Player
     from engine.history import HistoryStore
     from engine.voice import DeviceLost, DeviceRestored, SpeakingClause, TurnFailed, TurnFinished, VoiceLoop
+    from tests.test_voice import Events  # that module needs llama_cpp, which the Player and Microphone tests do not
 
     long_text = "First part, second part, third part, fourth part, fifth part, sixth part, the end."
     events = Events()
@@ -242,6 +214,7 @@ def test_a_headset_unplugged_mid_sentence_keeps_what_was_said_and_the_loop_liste
     from engine.stt.vad import VadOptions
     from engine.voice import (DeviceLost, DeviceRestored, Heard, Level, SpeechStarted, TurnFailed, TurnFinished,
                               VoiceLoop, VoiceOptions)
+    from tests.test_voice import Events
 
     plugs.plug("headmic", f"rate={MIC_RATE_HZ}", "channels=1")
     plugs.route("vsink", "headmic.monitor")  # Parley speaks on vsink, the user into headmic: no echo
