@@ -298,6 +298,7 @@ class VoiceLoop:
         self._utterance = 0  # counts utterances, so a late partial of an earlier one is dropped
         self._threads: list[threading.Thread] = []
         self._echo = None  # the EchoCanceller between the player and the microphone while the loop runs
+        self._audio_lost = 0  # the microphone's overflows + dropped blocks at the last turn
 
     # -- events -----------------------------------------------------------------------------------
 
@@ -554,6 +555,17 @@ class VoiceLoop:
                     self._queue_voice(turn, captured, turn_end=command[1])
                 self._update(pressed=False, hearing=False)
 
+    def _check_audio_lost(self) -> None:
+        """Logs a warning when the microphone lost audio since the last turn: a gap in the recording
+        garbles the transcript, and the log is where the user (or a failing test) can see why."""
+        stats = self.microphone.stats()
+        lost = stats.device_overflows + stats.dropped_blocks
+        if lost > self._audio_lost:
+            log.warning("the microphone lost audio before this turn (%d input overflows, %d blocks dropped so far): "
+                        "the machine was too busy to keep up; the transcript may be wrong",
+                        stats.device_overflows, stats.dropped_blocks)
+        self._audio_lost = lost
+
     def _speech_started(self) -> None:
         with self._lock:
             self._utterance += 1
@@ -566,6 +578,7 @@ class VoiceLoop:
         self._queue_voice(turn, captured, turn_end=t_block)
 
     def _queue_voice(self, turn, captured, turn_end: float) -> None:
+        self._check_audio_lost()
         # the last speech sample: the turn's end less its tail (a max-length turn was cut mid-speech)
         tail = round(self.options.vad.tail_ms * SAMPLE_RATE_HZ / 1000)
         last = turn.end_sample if turn.reason == "max-length" else max(turn.start_sample, turn.end_sample - tail)

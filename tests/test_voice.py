@@ -4,6 +4,7 @@ tiny TTS checkpoint speaking through the Player on the 'vsink' null sink, and a 
 
 import math
 import threading
+import time
 
 import pytest
 
@@ -250,6 +251,27 @@ def test_push_to_talk_hears_only_between_press_and_release(parts, user_mic, spea
     assert "weather" in finished.result.user_text.lower()
     assert events.states()[:3] == ["listening", "hearing", "thinking"]
     assert [t.text for t in saved_turns(dialogue)][0] == finished.result.user_text
+
+
+def test_audio_lost_while_the_loop_was_stalled_is_a_logged_warning(parts, user_mic, speak, caplog):
+    """A subscriber that holds up the listening thread for a second makes the Microphone drop blocks
+    (it keeps 8 here): the turn still runs, and the log says that audio was lost and why."""
+    from engine.audio import Microphone, MicrophoneOptions
+
+    dialogue, _ = parts
+
+    def slow(event):
+        if isinstance(event, SpeechStarted):
+            time.sleep(1.0)
+
+    with Microphone(options=MicrophoneOptions(queue_blocks=8)) as mic:
+        loop, events = run_loop(dialogue, mic)
+        loop.subscribe(slow)
+        with loop:
+            user_mic(speak(QUESTION)).wait()
+            events.wait_for(TurnFinished)
+        assert mic.stats().dropped_blocks > 0
+    assert "the microphone lost audio before this turn" in caplog.text
 
 
 def test_muted_microphone_hears_nothing(parts, user_mic, speak):
