@@ -37,6 +37,7 @@ class EngineConfig:
         instruct; "" for none. Models that take none ignore it (EngineInfo.style_kind says which).
     input_device, output_device: a device name or part of one; "" is the system default.
     listen_mode: "hands-free" or "push-to-talk". silence_ms: hands-free end-of-turn silence.
+    echo_cancellation: take Parley's own voice out of the microphone (open speakers); off with a headset.
     system_prompt: the LLM's first message.
     device: "auto" (the GPU when there is one), "cuda" or "cpu", for the TTS and the LLM.
     history_file: the SQLite conversation store.
@@ -54,6 +55,7 @@ class EngineConfig:
     output_device: str = ""
     listen_mode: str = "hands-free"
     silence_ms: int = DEFAULT_SILENCE_MS
+    echo_cancellation: bool = True
     system_prompt: str = ""
     device: str = "auto"
     history_file: Path | None = None
@@ -71,6 +73,9 @@ class EngineConfig:
         heavy = ("tts_model", "stt_model", "llm_model", "input_device", "output_device", "device", "history_file",
                  "chat_options")
         return any(getattr(self, name) != getattr(other, name) for name in heavy)
+
+
+_BOOLS = {"true": True, "false": False}
 
 
 class _Value:
@@ -98,8 +103,9 @@ class _Value:
             return self
         raw = settings.store.value(self.key, self.default)  # an INI file gives back strings
         try:
-            value = self.kind(raw)
-        except (TypeError, ValueError):
+            # QSettings writes a bool as "true" or "false", and bool("false") is True
+            value = _BOOLS[raw.lower()] if self.kind is bool and isinstance(raw, str) else self.kind(raw)
+        except (KeyError, TypeError, ValueError):
             return self.default
         return value if self.valid(value) else self.default
 
@@ -133,6 +139,7 @@ class Settings:
     output_device = _Value("audio/output", str, "")
     listen_mode = _Value("listen/mode", str, "hands-free", choices=LISTEN_MODES)
     silence_ms = _Value("listen/silence_ms", int, DEFAULT_SILENCE_MS, bounds=SILENCE_MS_RANGE)
+    echo_cancellation = _Value("listen/echo_cancellation", bool, True)
     system_prompt = _Value("llm/system_prompt", str, "")
     device = _Value("engine/device", str, "auto", choices=ENGINE_DEVICES)
     theme = _Value("ui/theme", str, "system", choices=THEMES)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -111,11 +112,16 @@ class SettingsDialog(QDialog):
         self.silence.setRange(*SILENCE_MS_RANGE)
         self.silence.setValue(s.silence_ms)
         self.silence.setToolTip("Hands-free: how long a pause ends your turn")
+        self.echo = QCheckBox("Echo cancellation (for open speakers)", objectName="echoCancellation",
+                              checked=s.echo_cancellation)
+        self.echo.setToolTip("Takes Parley's own voice out of the microphone, so it does not interrupt itself; "
+                             "turn it off with a headset")
         self.input = self._device_box("input", s.input_device)
         form = QFormLayout()
         form.addRow("Microphone", self.input)
         form.addRow("Mode", self.mode)
         form.addRow("Pause that ends a turn", self.silence)
+        form.addRow("", self.echo)
         return self._page(form)
 
     def _assistant_tab(self) -> QWidget:
@@ -165,7 +171,8 @@ class SettingsDialog(QDialog):
             "style": " ".join(self.style.text().split()),
             "output_device": self.output.currentData(),
             "input_device": self.input.currentData(), "listen_mode": self.mode.currentData(),
-            "silence_ms": self.silence.value(), "system_prompt": self.prompt.toPlainText().strip(),
+            "silence_ms": self.silence.value(), "echo_cancellation": self.echo.isChecked(),
+            "system_prompt": self.prompt.toPlainText().strip(),
             "device": self.device.currentData(), "theme": self.theme.currentData(),
             **{key: edit.text().strip() for key, edit in self.model_paths.items()},
         }

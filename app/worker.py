@@ -180,8 +180,9 @@ class EngineWorker(QObject):
         old, engine.config = engine.config, config
         conversation_id = engine.dialogue.conversation_id
         try:
-            if (old.speaker, old.language, old.style, old.silence_ms, old.tts_seed) != \
-                    (config.speaker, config.language, config.style, config.silence_ms, config.tts_seed):
+            # the loop makes its echo canceller when it starts, so echo_cancellation needs a new loop too
+            voice = ("speaker", "language", "style", "silence_ms", "echo_cancellation", "tts_seed")
+            if any(getattr(old, name) != getattr(config, name) for name in voice):
                 self._rebuild_loop(engine, conversation_id)
             elif old.listen_mode != config.listen_mode:
                 engine.loop.set_mode(config.listen_mode)
@@ -273,7 +274,8 @@ class EngineWorker(QObject):
                                    options=options, metrics=engine.metrics, conversation_id=conversation_id)
         # partials: the window shows the live transcript while the user speaks (a Whisper run per
         # 0.8 s of new speech, skipped while a turn is being transcribed)
-        voice = VoiceOptions(mode=config.listen_mode, vad=VadOptions(silence_ms=config.silence_ms), partials=True)
+        voice = VoiceOptions(mode=config.listen_mode, vad=VadOptions(silence_ms=config.silence_ms), partials=True,
+                             echo_cancellation=config.echo_cancellation)
         engine.loop = VoiceLoop(engine.dialogue, engine.microphone, options=voice)
         recorder = engine.metrics
         engine.unsubscribe = [

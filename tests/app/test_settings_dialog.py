@@ -13,7 +13,8 @@ def choose(box, data):
 
 
 def test_saving_writes_every_choice_to_the_settings(qtbot, settings):
-    """Voice, language, listening, prompt, models and engine chosen in the dialog are in the settings after Save."""
+    """Voice, language, listening (echo cancellation too), prompt, models and engine chosen in the dialog are in
+    the settings after Save."""
     dialog = SettingsDialog(settings, INFO)
     qtbot.addWidget(dialog)
     assert [dialog.speaker.itemData(i) for i in range(dialog.speaker.count())] == ["", "aiden", "ryan"]
@@ -22,6 +23,8 @@ def test_saving_writes_every_choice_to_the_settings(qtbot, settings):
     choose(dialog.language, "german")
     choose(dialog.mode, "push-to-talk")
     dialog.silence.setValue(1100)
+    assert dialog.echo.isChecked() and "headset" in dialog.echo.toolTip()
+    dialog.echo.click()
     dialog.prompt.setPlainText("  Answer in one sentence.  ")
     dialog.model_paths["llm_model"].setText("/models/other.gguf")
     choose(dialog.device, "cpu")
@@ -33,7 +36,18 @@ def test_saving_writes_every_choice_to_the_settings(qtbot, settings):
         ("ryan", "german", "push-to-talk", 1100)
     assert settings.system_prompt == "Answer in one sentence." and settings.llm_model == "/models/other.gguf"
     assert (settings.device, settings.theme) == ("cpu", "dark")
+    assert settings.echo_cancellation is False
     assert dialog.result() == SettingsDialog.DialogCode.Accepted
+
+
+def test_echo_cancellation_turned_off_shows_unchecked_and_saves_unchanged(qtbot, settings):
+    """A stored "off" opens unchecked on the Listening tab, and saving without touching it keeps it off."""
+    settings.echo_cancellation = False
+    dialog = SettingsDialog(settings, INFO)
+    qtbot.addWidget(dialog)
+    assert not dialog.echo.isChecked() and dialog.silence.parentWidget() is dialog.echo.parentWidget()
+    dialog.save()
+    assert settings.echo_cancellation is False
 
 
 def test_cancel_writes_nothing(qtbot, settings):

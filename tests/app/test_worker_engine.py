@@ -138,6 +138,27 @@ def test_a_new_voice_applies_without_reloading_the_models(engine, qtbot, base_co
     assert info.speaker == "ryan"
 
 
+def test_echo_cancellation_applies_by_restarting_the_loop_without_reloading(engine, qtbot, base_config, monkeypatch):
+    """apply() with echo cancellation off, then on: each time a new VoiceLoop is built with that option (the
+    canceller is made when a loop starts), and no loading step runs."""
+    from engine.voice import VoiceLoop
+
+    worker, requests, progress, _ = engine
+    built = []
+    init = VoiceLoop.__init__
+
+    def recorded(self, dialogue, microphone=None, options=None, **kwargs):
+        built.append(options)
+        init(self, dialogue, microphone, options, **kwargs)
+
+    monkeypatch.setattr(VoiceLoop, "__init__", recorded)
+    before = len(progress)
+    for on in (False, True):
+        emitted(qtbot, worker.ready, requests.apply, replace(base_config, echo_cancellation=on))
+        assert built and built[-1].echo_cancellation is on
+    assert len(built) == 2 and len(progress) == before
+
+
 def test_reopening_a_conversation_continues_it(engine, qtbot, base_config):
     """open_conversation(): the next turn is saved to that conversation; new_conversation() starts another."""
     from engine.history import HistoryStore, Turn
