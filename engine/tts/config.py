@@ -197,7 +197,9 @@ class TTSConfig:
 
     @property
     def speakers(self) -> list[str]:
-        return sorted(self.talker.speaker_ids)
+        """Speakers a caller may name: none for VoiceDesign, whose voice is described (its config may still
+        list the speaker ids of the model it was trained from)."""
+        return sorted(self.talker.speaker_ids) if self.model_type == "custom_voice" else []
 
     @property
     def languages(self) -> list[str]:

@@ -124,6 +124,7 @@ def test_voice_design_prompt_equals_the_official(capped, tmp_path):
     config["tts_model_type"] = "voice_design"
     (folder / "config.json").write_text(json.dumps(config))
     ours, official = load_tts(folder), _official(folder)
+    assert ours.speakers == [] and ours.default_speaker is None  # the ids its config keeps are not voices
     description = "A calm, low voice."
     codes, _ = _official_codes_and_wav(official, "Designed voice.", None, "english", False, instruct=description)
     got = np.concatenate([c.codes for c in ours.stream("Designed voice.", None, "english", instruct=description,
