@@ -21,6 +21,9 @@ THEMES = ("system", "light", "dark")
 # would pull numpy into the window's start-up for one number. tests/app/test_settings.py checks it.
 DEFAULT_SILENCE_MS = 700
 SILENCE_MS_RANGE = (200, 3000)
+# The voice a VoiceDesign model speaks in until the user describes one: such a model has no voice of
+# its own, and an empty description would stop it speaking at all
+DEFAULT_VOICE_DESCRIPTION = "A warm, clear, friendly voice at a natural, relaxed pace."
 
 if TYPE_CHECKING:
     from engine.llm.chat import ChatOptions

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.settings import ENGINE_DEVICES, LISTEN_MODES, SILENCE_MS_RANGE, THEMES, Settings
+from app.settings import DEFAULT_VOICE_DESCRIPTION, ENGINE_DEVICES, LISTEN_MODES, SILENCE_MS_RANGE, THEMES, Settings
 from app.worker import EngineInfo
 from engine.errors import AudioDeviceError
 
@@ -84,8 +84,8 @@ class SettingsDialog(QDialog):
         kind = info.style_kind if info else None
         self.style.setEnabled(kind is not None)
         if kind == "description":
-            self.style.setPlaceholderText("What the voice sounds like, e.g. a warm, low, calm voice")
-            self.style_note.setText("This model makes its voice from your description.")
+            self.style.setPlaceholderText(DEFAULT_VOICE_DESCRIPTION)
+            self.style_note.setText("This model makes its voice from your description; empty for the one shown.")
         elif kind == "style":
             self.style.setPlaceholderText("How to speak, e.g. cheerful and a little faster")
             self.style_note.setText("Used from Parley's next reply on; empty for a plain voice.")

@@ -15,7 +15,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.errors import Problem, problem_for
-from app.settings import EngineConfig
+from app.settings import DEFAULT_VOICE_DESCRIPTION, EngineConfig
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,8 @@ class EngineInfo:
     style_kind: what the model's instruct is: "style" (how the voice speaks: 1.7B CustomVoice),
         "description" (the voice itself: VoiceDesign), or None when it takes none (0.6B) ...
     style_unsupported: ... and then why, in the engine's words; "" otherwise.
+    style: the instruct in use: the settings' style, DEFAULT_VOICE_DESCRIPTION for a VoiceDesign model
+        given none, or None.
     """
 
     speakers: tuple[str, ...]
@@ -51,6 +53,7 @@ class EngineInfo:
     conversation_id: int | None
     style_kind: str | None = None
     style_unsupported: str = ""
+    style: str | None = None
 
 
 def _style_kind(tts, language: str) -> tuple[str | None, str]:
@@ -186,7 +189,7 @@ class EngineWorker(QObject):
                 self._rebuild_loop(engine, conversation_id)
             elif old.listen_mode != config.listen_mode:
                 engine.loop.set_mode(config.listen_mode)
-        except Exception as e:  # e.g. a speaker the model lacks: the old voice stays
+        except Exception as e:  # e.g. a language the model lacks: the old voice stays
             engine.config = old
             self._rebuild_loop(engine, conversation_id)
             self.notice.emit(problem_for(e, "applying the settings"))
@@ -266,10 +269,20 @@ class EngineWorker(QObject):
 
         engine.close_loop()
         config = engine.config
-        # a style stored for another model is kept in the settings but not used by one that takes none
-        style = (config.style or None) if _style_kind(engine.tts, config.language)[0] else None
-        options = DialogueOptions(speaker=config.speaker or None, language=config.language or "auto",
-                                  tts_seed=config.tts_seed, style=style)
+        # a speaker or style stored for another model is kept in the settings, but not used by this one
+        speaker, unknown = config.speaker or None, None
+        if speaker is not None and speaker.lower() not in {name.lower() for name in engine.tts.speakers}:
+            if engine.tts.speakers:  # a VoiceDesign model has none: its voice is the description
+                unknown = Problem(
+                    "This speech model has no voice of that name",
+                    f"{speaker!r} is not one of its voices ({', '.join(engine.tts.speakers)}); "
+                    f"Parley speaks as {engine.tts.default_speaker!r}.",
+                    "Choose a voice in Settings.", action="settings")
+            speaker = None
+        style_kind = _style_kind(engine.tts, config.language)[0]
+        style = config.style or (DEFAULT_VOICE_DESCRIPTION if style_kind == "description" else None)
+        options = DialogueOptions(speaker=speaker, language=config.language or "auto",
+                                  tts_seed=config.tts_seed, style=style if style_kind else None)
         engine.dialogue = Dialogue(engine.chat, engine.tts, engine.player, engine.history, engine.transcriber,
                                    options=options, metrics=engine.metrics, conversation_id=conversation_id)
         # partials: the window shows the live transcript while the user speaks (a Whisper run per
@@ -283,6 +296,8 @@ class EngineWorker(QObject):
             recorder.subscribe(lambda metrics: self.metrics.emit(metrics, dict(recorder.summary()))),
         ]
         engine.loop.start()
+        if unknown is not None:
+            self.notice.emit(unknown)
 
     def _voice_off(self, error: Exception, doing: str) -> Problem:
         problem = problem_for(error, doing)
@@ -306,7 +321,7 @@ class EngineWorker(QObject):
             stt_model=engine.transcriber.path if engine.transcriber else None,
             microphone=engine.microphone.device.name if engine.microphone else None,
             speakers_device=engine.player.device.name, conversation_id=engine.dialogue.conversation_id,
-            style_kind=style_kind, style_unsupported=style_unsupported,
+            style_kind=style_kind, style_unsupported=style_unsupported, style=engine.dialogue.options.style,
         )
 
     # -- the conversation: the window's requests -------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from PySide6.QtWidgets import QDialogButtonBox
 
+from app.settings import DEFAULT_VOICE_DESCRIPTION
 from app.settings_dialog import SettingsDialog
 from tests.app.conftest import INFO
 
@@ -101,6 +102,7 @@ def test_the_style_field_is_offered_only_where_the_model_takes_a_style(qtbot, se
     qtbot.addWidget(design)
     form = design.style.parentWidget().layout()
     assert design.style.isEnabled() and form.labelForField(design.style).text() == "Voice description"
+    assert design.style.placeholderText() == DEFAULT_VOICE_DESCRIPTION  # the voice it speaks in while empty
 
     reason = "this 0.6B model takes no speaking style; the 1.7B CustomVoice model does"
     for info, why in ((replace(INFO, style_kind=None, style_unsupported=reason), reason),

@@ -54,12 +54,14 @@ class Harness:
         self.worker.progress.connect(lambda step, done, total: self.progress.append((step, done, total)))
         self.thread.start()
 
-    def emitted(self, signal, request, *args) -> tuple:
-        """Emit `request(*args)`; the arguments of `signal`'s next emission, waited for by polling."""
+    def emitted(self, signal, request, *args, unless: list = ()) -> tuple:
+        """Emit `request(*args)`; the arguments of `signal`'s next emission, waited for by polling;
+        fails at once with what `unless` holds when something is appended to it first."""
         got = []
         signal.connect(lambda *a: got.append(a))
         request.emit(*args)
-        self.qtbot.waitUntil(lambda: bool(got), timeout=LOAD_S * 1000)
+        self.qtbot.waitUntil(lambda: bool(got or unless), timeout=LOAD_S * 1000)
+        assert not unless, unless
         return got[0]
 
     def close(self):
@@ -92,3 +94,48 @@ def test_a_file_that_is_no_gguf_model_fails_readably(harness, base_config, tmp_p
     bad.write_bytes(b"not a model")
     (problem,) = harness.emitted(harness.worker.failed, harness.requests.load, replace(base_config, llm_model=str(bad)))
     assert problem.action == "models" and "language model" in problem.headline and str(bad) in problem.detail
+
+
+def test_a_voice_design_model_speaks_in_a_default_voice_until_one_is_described(harness, base_config, short_checkpoint,
+                                                                               tmp_path):
+    """A VoiceDesign checkpoint, loaded with a speaker stored for another model and no description: it
+    loads without complaint, takes no speaker, and speaks in DEFAULT_VOICE_DESCRIPTION's voice; a
+    description set in the settings is then the one used."""
+    import json
+    import shutil
+
+    from app.settings import DEFAULT_VOICE_DESCRIPTION
+
+    design = tmp_path / "design"
+    shutil.copytree(short_checkpoint, design)
+    config_json = json.loads((design / "config.json").read_text())
+    config_json["tts_model_type"] = "voice_design"
+    (design / "config.json").write_text(json.dumps(config_json))
+    notices, failed = [], []
+    harness.worker.notice.connect(notices.append)
+    harness.worker.failed.connect(failed.append)
+    config = replace(base_config, tts_model=str(design), speaker="ryan", style="")
+    (info,) = harness.emitted(harness.worker.ready, harness.requests.load, config, unless=failed)
+    assert (info.style_kind, info.speakers, info.speaker) == ("description", (), None)
+    assert info.style == DEFAULT_VOICE_DESCRIPTION and notices == []
+    (result,) = harness.emitted(harness.worker.turn_finished, harness.requests.speak, "Hello there.")
+    assert result.reply_text == "Hello there." and result.metrics.tts_ttfc_ms > 0
+
+    described = replace(config, style="A deep, slow, gravelly voice.")
+    (info,) = harness.emitted(harness.worker.ready, harness.requests.apply, described)
+    assert info.style == "A deep, slow, gravelly voice." and notices == []
+    (result,) = harness.emitted(harness.worker.turn_finished, harness.requests.speak, "Hello again.")
+    assert result.reply_text == "Hello again."
+
+
+def test_a_speaker_the_new_model_lacks_is_a_notice_and_its_first_voice_speaks(harness, base_config):
+    """A stored speaker the CustomVoice model has no voice for (settings from another model): the
+    engine still loads, speaks as the model's first voice, and a notice names the voices to pick from."""
+    notices = []
+    harness.worker.notice.connect(notices.append)
+    (info,) = harness.emitted(harness.worker.ready, harness.requests.load, replace(base_config, speaker="Nobody"))
+    assert info.speaker == info.speakers[0] and info.speaker != "nobody"
+    (problem,) = notices
+    assert "'Nobody'" in problem.detail and info.speakers[0] in problem.detail and problem.action == "settings"
+    (result,) = harness.emitted(harness.worker.turn_finished, harness.requests.speak, "Hello there.")
+    assert result.reply_text == "Hello there."
