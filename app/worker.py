@@ -261,35 +261,23 @@ class EngineWorker(QObject):
         self._rebuild_loop(engine, None)
         self._advance()
 
-    def _rebuild_loop(self, engine: _Engine, conversation_id: int | None) -> None:
-        """A new Dialogue and VoiceLoop over the loaded models, saving to `conversation_id`."""
-        from engine.pipeline import Dialogue, DialogueOptions
+    def _rebuild_loop(self, engine: _Engine, conversation_id: int | None, dialogue=None) -> None:
+        """A new VoiceLoop over the loaded models, and a new Dialogue saving to `conversation_id` unless
+        `dialogue` is one to go on with."""
         from engine.stt.vad import VadOptions
         from engine.voice import VoiceLoop, VoiceOptions
 
         engine.close_loop()
         config = engine.config
-        # a speaker or style stored for another model is kept in the settings, but not used by this one
-        speaker, unknown = config.speaker or None, None
-        if speaker is not None and speaker.lower() not in {name.lower() for name in engine.tts.speakers}:
-            if engine.tts.speakers:  # a VoiceDesign model has none: its voice is the description
-                unknown = Problem(
-                    "This speech model has no voice of that name",
-                    f"{speaker!r} is not one of its voices ({', '.join(engine.tts.speakers)}); "
-                    f"Parley speaks as {engine.tts.default_speaker!r}.",
-                    "Choose a voice in Settings.", action="settings")
-            speaker = None
-        style_kind = _style_kind(engine.tts, config.language)[0]
-        style = config.style or (DEFAULT_VOICE_DESCRIPTION if style_kind == "description" else None)
-        options = DialogueOptions(speaker=speaker, language=config.language or "auto",
-                                  tts_seed=config.tts_seed, style=style if style_kind else None)
-        engine.dialogue = Dialogue(engine.chat, engine.tts, engine.player, engine.history, engine.transcriber,
-                                   options=options, metrics=engine.metrics, conversation_id=conversation_id)
+        unknown = None
+        if dialogue is None:
+            dialogue, unknown = self._new_dialogue(engine, conversation_id)
+        engine.dialogue = dialogue
         # partials: the window shows the live transcript while the user speaks (a Whisper run per
         # 0.8 s of new speech, skipped while a turn is being transcribed)
         voice = VoiceOptions(mode=config.listen_mode, vad=VadOptions(silence_ms=config.silence_ms), partials=True,
                              echo_cancellation=config.echo_cancellation)
-        engine.loop = VoiceLoop(engine.dialogue, engine.microphone, options=voice)
+        engine.loop = VoiceLoop(dialogue, engine.microphone, options=voice)
         recorder = engine.metrics
         engine.unsubscribe = [
             engine.loop.subscribe(self._relay),
@@ -298,6 +286,31 @@ class EngineWorker(QObject):
         engine.loop.start()
         if unknown is not None:
             self.notice.emit(unknown)
+
+    @staticmethod
+    def _new_dialogue(engine: _Engine, conversation_id: int | None):
+        """(Dialogue in the settings' voice, saving to conversation_id; the Problem to show if the stored
+        speaker is not one of the model's, else None)."""
+        from engine.pipeline import Dialogue, DialogueOptions
+
+        config, tts = engine.config, engine.tts
+        # a speaker or style stored for another model is kept in the settings, but not used by this one
+        speaker, unknown = config.speaker or None, None
+        if speaker is not None and speaker.lower() not in {name.lower() for name in tts.speakers}:
+            if tts.speakers:  # a VoiceDesign model has none: its voice is the description
+                unknown = Problem(
+                    "This speech model has no voice of that name",
+                    f"{speaker!r} is not one of its voices ({', '.join(tts.speakers)}); "
+                    f"Parley speaks as {tts.default_speaker!r}.",
+                    "Choose a voice in Settings.", action="settings")
+            speaker = None
+        style_kind = _style_kind(tts, config.language)[0]
+        style = config.style or (DEFAULT_VOICE_DESCRIPTION if style_kind == "description" else None)
+        options = DialogueOptions(speaker=speaker, language=config.language or "auto",
+                                  tts_seed=config.tts_seed, style=style if style_kind else None)
+        dialogue = Dialogue(engine.chat, tts, engine.player, engine.history, engine.transcriber,
+                            options=options, metrics=engine.metrics, conversation_id=conversation_id)
+        return dialogue, unknown
 
     def _voice_off(self, error: Exception, doing: str) -> Problem:
         problem = problem_for(error, doing)
@@ -404,7 +417,7 @@ class EngineWorker(QObject):
         engine, problem = self._engine, None
         loaded = engine is not None and engine.history.path == Path(path)
         if loaded:
-            conversation_id = engine.dialogue.conversation_id
+            dialogue = engine.dialogue
             engine.close_loop()  # no turn is being saved meanwhile
         try:
             if loaded:
@@ -416,10 +429,12 @@ class EngineWorker(QObject):
         if not loaded:
             self.history_deleted.emit(problem)
             return
+        conversation_id = dialogue.conversation_id
         if problem is None or (conversation_id is not None and not self._still_saved(conversation_id)):
             engine.chat.clear_history()
-            conversation_id = None
-        self._rebuild_loop(engine, conversation_id)
+            self._rebuild_loop(engine, None)
+        else:  # nothing was erased: the conversation goes on in the same Dialogue, which holds the turns
+            self._rebuild_loop(engine, conversation_id, dialogue)  # that wait for the file to create it
         self.history_deleted.emit(problem)
         self.ready.emit(self._info())
 

@@ -279,6 +279,29 @@ def test_a_turn_held_back_by_a_lock_after_deleting_all_history_is_saved_whole(en
             "Said after deleting.", "Held back after deleting.", "Then saved."]
 
 
+def test_turns_waiting_for_a_locked_history_survive_a_delete_that_fails(engine, qtbot, base_config):
+    """After deleting all history, turns that end while another program holds the file wait in memory for
+    it (no conversation could be made); deleting all history again while it is still held fails and
+    deletes nothing, those turns included: once the file is free they are saved, with the next turn."""
+    from engine.history import HistoryStore
+    from tests.test_history_faults import locked
+
+    worker, requests, _, _ = engine
+    path = base_config.history_file
+    ready = collect(worker.ready)
+    assert emitted(qtbot, worker.history_deleted, requests.forget, path) == (None,)
+    qtbot.waitUntil(lambda: bool(ready), timeout=TURN_S * 1000)
+    with locked(path):
+        emitted(qtbot, worker.turn_finished, requests.speak, "Waiting for the file.")
+        (problem,) = emitted(qtbot, worker.history_deleted, requests.forget, path)
+        assert "nothing was deleted" in problem.detail
+    emitted(qtbot, worker.turn_finished, requests.speak, "Saved with it.")
+    with HistoryStore(path) as store:
+        (conversation,) = store.list_conversations()
+        assert [t.text for t in store.open_conversation(conversation.id).turns] == [
+            "Waiting for the file.", "Saved with it."]
+
+
 def test_a_locked_history_is_a_notice_and_the_turn_is_saved_once_it_is_free(engine, qtbot, base_config):
     """Another program holding the history file while a turn ends: notice() carries the HistoryError (the bar,
     not a dialog), the turn still finishes, and it is written with the next turn once the file is free."""
