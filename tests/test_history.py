@@ -234,6 +234,45 @@ def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path):
         HistoryStore(path)
 
 
+_OPEN_READ_ONLY = """
+import sys
+from engine.errors import HistoryError
+from engine.history import HistoryStore
+try:
+    HistoryStore(sys.argv[1])
+except HistoryError as e:
+    print(e)
+"""
+
+
+def test_a_read_only_history_file_is_a_clear_error_and_stays_as_it_was(tmp_path):
+    """A history file (and folder) the user may not write: opening it is a HistoryError that names the
+    file and says to make it writable, and the file's conversations are untouched."""
+    import shutil
+
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    path = tmp_path / "profile" / "history.sqlite3"
+    with HistoryStore(path) as store:
+        store.add_turn(store.new_conversation(), Turn("user", "Kept as it was."))
+    before = path.read_bytes()
+    path.chmod(0o444)
+    path.parent.chmod(0o555)
+    try:
+        # without these capabilities root too is held to the file's permission bits
+        child = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable, "-c",
+                                _OPEN_READ_ONLY, str(path)], capture_output=True, text=True, timeout=60)
+    finally:
+        path.parent.chmod(0o755)
+        path.chmod(0o644)
+    assert child.returncode == 0 and "Traceback" not in child.stderr, child.stderr
+    assert str(path) in child.stdout and "readonly database" in child.stdout and "writable" in child.stdout
+    assert path.read_bytes() == before
+    with HistoryStore(path) as store:
+        (conversation,) = store.list_conversations()
+        assert [t.text for t in store.open_conversation(conversation.id).turns] == ["Kept as it was."]
+
+
 def test_unknown_role_and_bad_profile_names_are_refused():
     """A role outside system/user/assistant, or a profile name that is a path, is refused by name."""
     with pytest.raises(ValueError, match="unknown role 'bot'; valid roles: system, user, assistant"):
