@@ -96,9 +96,7 @@ def replay(calls, canceller) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         pcm, t = call[1], call[2]
         cleaned = canceller.near_end(pcm, t)
         out.append(cleaned)
-        # the far end paired with `cleaned`: the frames just before the one the canceller reads next
-        read = canceller._read
-        paired.append(np.zeros(len(cleaned), np.float32) if read is None else canceller._far_block(read - len(cleaned), len(cleaned)))
+        paired.append(canceller.reference(len(cleaned)))
         raw.append(pcm)
     n = sum(map(len, out))
     near = np.concatenate(raw)[:n]

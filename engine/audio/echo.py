@@ -150,6 +150,14 @@ class EchoCanceller:
                 return -100.0
             return max((dbfs for t, dbfs in self._raw if start <= t < end), default=-100.0)
 
+    def reference(self, n: int) -> np.ndarray:
+        """The far-end samples paired with the last n near-end samples near_end() returned (zeros where
+        there were none): what AEC3 was given to cancel them with, for measuring it (bench/aec.py)."""
+        with self._lock:
+            if self._read is None:
+                return np.zeros(n, np.float32)
+            return self._far_block(self._read - n, n)
+
     def _far_block(self, index: int, n: int) -> np.ndarray:
         """Far-end samples index .. index+n; zeros where none were received or the ring no longer has them."""
         out = np.zeros(n, np.float32)

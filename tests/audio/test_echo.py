@@ -37,6 +37,20 @@ def test_with_no_far_end_the_audio_passes_through_unchanged():
     np.testing.assert_array_equal(out, audio[: len(out)])
 
 
+def test_the_reference_is_the_far_end_that_sounded_lead_s_after_the_near_end_was_recorded():
+    """reference(n): the far-end samples paired with the last n cleaned ones, read LEAD_S ahead of the
+    near end's clock (bench/aec.py measures the canceller against it)."""
+    from engine.audio.echo import LEAD_S, RATE_HZ
+
+    canceller = EchoCanceller()
+    assert not canceller.reference(160).any()  # nothing paired yet
+    far = np.random.default_rng(1).uniform(-0.3, 0.3, RATE_HZ).astype(np.float32)
+    canceller.far_end(far, RATE_HZ, t_sound=10.0)
+    out = canceller.near_end(np.zeros(800, np.float32), t_recorded=10.0)
+    lead = round(LEAD_S * RATE_HZ)
+    np.testing.assert_array_equal(canceller.reference(len(out)), far[lead : lead + len(out)])
+
+
 def test_parleys_own_voice_played_and_recorded_back_is_cancelled(sound_server, speak):
     """On the null-sink loopback, the echo of espeak speech comes out of the canceller at least 10 dB
     quieter over the frames where it is loud (after the first second, AEC3's convergence)."""
