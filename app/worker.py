@@ -241,6 +241,9 @@ class EngineWorker(QObject):
         try:
             engine.transcriber = Transcriber(config.stt_model or None, TranscriberOptions(device=engine.device))
             engine.transcriber.warm_up()
+            if engine.transcriber.gpu_unavailable:
+                self.notice.emit(problem_for(GPUUnavailableError(engine.transcriber.gpu_unavailable),
+                                             "loading the speech recognition"))
         except Exception as e:  # typed turns still work without it
             self.notice.emit(self._voice_off(e, "loading the speech recognition"))
             engine.transcriber = None

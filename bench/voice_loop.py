@@ -197,20 +197,14 @@ def main(argv=None) -> int:
 
 
 def load_transcriber(args):
-    """Whisper on --device; on a GPU where CTranslate2's CUDA libraries do not load (it is built for
-    CUDA 12), on the CPU instead, saying so: the table names where it ran."""
+    """Whisper on --device, or on the CPU where CTranslate2's CUDA libraries do not load there (the
+    Transcriber falls back by itself, saying why): the table names where it ran."""
     from engine.stt import Transcriber, TranscriberOptions
 
-    options = TranscriberOptions(device=args.device, cpu_threads=2 if args.device == "cpu" else 0)
-    try:
-        transcriber = Transcriber(args.whisper, options)
-        transcriber.warm_up()
-    except Exception as e:
-        if args.device == "cpu":
-            raise
-        print(f"Whisper does not run on {args.device} here ({e}); using the CPU", file=sys.stderr)
-        transcriber = Transcriber(args.whisper, TranscriberOptions(device="cpu"))
-        transcriber.warm_up()
+    transcriber = Transcriber(args.whisper, TranscriberOptions(device=args.device, cpu_threads=2 if args.device == "cpu" else 0))
+    if transcriber.gpu_unavailable:
+        print(transcriber.gpu_unavailable, file=sys.stderr)
+    transcriber.warm_up()
     return transcriber
 
 

@@ -219,23 +219,39 @@ class Transcriber:
         Raises:
             ModelFilesError: no such model, or its files do not load.
         """
-        from faster_whisper import WhisperModel
-
         self.options = options or TranscriberOptions()
         self.path = find_whisper_model(model, allow_download=allow_download, hub_cache_dir=hub_cache_dir,
                                        assemble_root=assemble_root)
         self.device, self.compute_type = choose_device(self.options.device)
-        try:
-            self._model = WhisperModel(str(self.path), device=self.device, compute_type=self.compute_type,
-                                       cpu_threads=self.options.cpu_threads, local_files_only=True)
-        except RuntimeError as e:  # CTranslate2: "Unable to open file 'model.bin' ...", bad format, ...
-            raise ModelFilesError(f"{self.path}: the Whisper model does not load ({e}); {HOW_TO_GET}") from e
+        self._model = self._load()
         self.language = self.options.language
         if self.language is not None and self.language not in self._model.supported_languages:
             # recoverable: detection still gives a transcript, the UI can show the warning
             log.warning("language %r is not one this Whisper model knows (%s); detecting the language instead",
                         self.language, ", ".join(self._model.supported_languages[:12]) + ", ...")
             self.language = None
+        self.gpu_unavailable: str | None = None  # why Whisper runs on the CPU although CUDA was seen
+        if self.device == "cuda":
+            # CTranslate2 loads cuBLAS at its first computation, not with the model: where the machine's
+            # CUDA is not the one its wheel was built for (12; a CUDA 13 system has no libcublas.so.12),
+            # this is where it fails
+            try:
+                self.warm_up()
+            except RuntimeError as e:
+                self.gpu_unavailable = (f"speech recognition runs on the CPU: CTranslate2 cannot use the GPU ({e}); "
+                                        "it needs CUDA 12's cuBLAS and cuDNN 9 on the library path")
+                log.warning("%s", self.gpu_unavailable)
+                self.device, self.compute_type = "cpu", "int8"
+                self._model = self._load()
+
+    def _load(self):
+        from faster_whisper import WhisperModel
+
+        try:
+            return WhisperModel(str(self.path), device=self.device, compute_type=self.compute_type,
+                                cpu_threads=self.options.cpu_threads, local_files_only=True)
+        except RuntimeError as e:  # CTranslate2: "Unable to open file 'model.bin' ...", bad format, ...
+            raise ModelFilesError(f"{self.path}: the Whisper model does not load ({e}); {HOW_TO_GET}") from e
 
     def warm_up(self) -> float:
         """Runs one tiny transcription so the first real turn pays no first-call costs; returns its seconds."""

