@@ -265,8 +265,9 @@ class ChatModel:
             )
         first = min(self._first, len(self._history))
         costs = [cost(m) for m in self._history[first:]]
-        if used + sum(costs) > budget:
-            room, total = (budget - used) // 2, sum(costs)
+        total = sum(costs)
+        if used + total > budget:
+            room = (budget - used) // 2
             while costs and total > room:
                 total -= costs.pop(0)
                 first += 1
