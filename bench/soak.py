@@ -149,6 +149,8 @@ def main(argv=None) -> int:
     parser.add_argument("--silence-ms", type=int, default=700, help="the endpointer's end-of-turn pause")
     parser.add_argument("--max-growth-mb", type=float, default=50.0, help="RSS growth allowed after the warm-up")
     parser.add_argument("--timeout-s", type=float, default=180.0, help="longest wait for one turn")
+    parser.add_argument("--echo-cancellation", action="store_true",
+                        help="run the loop's echo canceller, as the app does by default (off: the microphone is a headset)")
     parser.add_argument("--whisper", help="a CTranslate2 Whisper folder (default: the bundled base)")
     args = parser.parse_args(argv)
     if not 1 <= args.warm_up < args.turns:
@@ -225,8 +227,9 @@ def soak(args, pulse: Pulse, work: Path, out: Path, stop: threading.Event) -> di
     with Player() as player, Microphone() as mic, HistoryStore(history_file) as history:
         dialogue = Dialogue(chat, tts, player, history, transcriber, metrics=MetricsRecorder(window=args.turns),
                             options=DialogueOptions(tts_seed=args.seed, clauses=clauses))
-        # the user's microphone is a null sink of its own (a headset): no echo to cancel
-        options = VoiceOptions(vad=VadOptions(silence_ms=args.silence_ms), echo_cancellation=False)
+        # the user's microphone is a null sink of its own (a headset): no echo to cancel, but the
+        # canceller still runs with --echo-cancellation (its memory and threads are soaked too)
+        options = VoiceOptions(vad=VadOptions(silence_ms=args.silence_ms), echo_cancellation=args.echo_cancellation)
         with VoiceLoop(dialogue, mic, options, vad=vad) as loop:
             loop.subscribe(events)
             loop.start()
