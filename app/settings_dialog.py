@@ -74,6 +74,10 @@ class SettingsDialog(QDialog):
         for name in info.speakers if info else ():
             self.speaker.addItem(name, name)
         self._select(self.speaker, s.speaker)
+        if info is not None and info.style_kind == "description":
+            # kept as stored, for the next CustomVoice model
+            self.speaker.setEnabled(False)
+            self.speaker.setToolTip("This model has no voices of its own: it speaks as the voice description says")
         self.language = QComboBox(objectName="language")
         self.language.addItem("Automatic", "auto")
         for name in info.languages if info else ():

@@ -103,6 +103,8 @@ def test_the_style_field_is_offered_only_where_the_model_takes_a_style(qtbot, se
     form = design.style.parentWidget().layout()
     assert design.style.isEnabled() and form.labelForField(design.style).text() == "Voice description"
     assert design.style.placeholderText() == DEFAULT_VOICE_DESCRIPTION  # the voice it speaks in while empty
+    assert not design.speaker.isEnabled() and "no voices of its own" in design.speaker.toolTip()
+    assert dialog.speaker.isEnabled()
 
     reason = "this 0.6B model takes no speaking style; the 1.7B CustomVoice model does"
     for info, why in ((replace(INFO, style_kind=None, style_unsupported=reason), reason),
