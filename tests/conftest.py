@@ -169,6 +169,14 @@ def copy_checkpoint(source, target, **generation):
     return target
 
 
+def voice_design_copy(source, target):
+    """A copy of a CustomVoice checkpoint folder whose config.json makes it a VoiceDesign model."""
+    shutil.copytree(source, target)
+    path = target / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "tts_model_type": "voice_design"}))
+    return target
+
+
 @pytest.fixture(scope="session")
 def short_checkpoint(tiny_checkpoint, tmp_path_factory):
     """The tiny checkpoint capped at 6 frames per segment (official max_new_tokens=7), for quick streams."""

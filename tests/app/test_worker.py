@@ -101,16 +101,10 @@ def test_a_voice_design_model_speaks_in_a_default_voice_until_one_is_described(h
     """A VoiceDesign checkpoint, loaded with a speaker stored for another model and no description: it
     loads without complaint, takes no speaker, and speaks in DEFAULT_VOICE_DESCRIPTION's voice; a
     description set in the settings is then the one used."""
-    import json
-    import shutil
-
     from app.settings import DEFAULT_VOICE_DESCRIPTION
+    from tests.conftest import voice_design_copy
 
-    design = tmp_path / "design"
-    shutil.copytree(short_checkpoint, design)
-    config_json = json.loads((design / "config.json").read_text())
-    config_json["tts_model_type"] = "voice_design"
-    (design / "config.json").write_text(json.dumps(config_json))
+    design = voice_design_copy(short_checkpoint, tmp_path / "design")
     notices, failed = [], []
     harness.worker.notice.connect(notices.append)
     harness.worker.failed.connect(failed.append)

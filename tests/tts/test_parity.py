@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from engine.tts import SamplingOptions, load_tts
 from tests.oracle import import_qwen_tts
-from tests.conftest import copy_checkpoint
+from tests.conftest import copy_checkpoint, voice_design_copy
 
 pytestmark = pytest.mark.oracle
 
@@ -118,11 +118,7 @@ def test_greedy_codes_and_waveform_equal_the_official_generate(both, text, speak
 
 def test_voice_design_prompt_equals_the_official(capped, tmp_path):
     """A VoiceDesign model (no speaker, a voice description) gives the official greedy codes."""
-    folder = tmp_path / "design"
-    shutil.copytree(capped, folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["tts_model_type"] = "voice_design"
-    (folder / "config.json").write_text(json.dumps(config))
+    folder = voice_design_copy(capped, tmp_path / "design")
     ours, official = load_tts(folder), _official(folder)
     assert ours.speakers == [] and ours.default_speaker is None  # the ids its config keeps are not voices
     description = "A calm, low voice."
