@@ -299,7 +299,7 @@ class EngineWorker(QObject):
         config, tts = engine.config, engine.tts
         # a speaker or style stored for another model is kept in the settings, but not used by this one
         speaker, unknown = config.speaker or None, None
-        if speaker is not None and speaker.lower() not in {name.lower() for name in tts.speakers}:
+        if speaker is not None and speaker.lower() not in tts.speakers:  # the model's names are lower-case
             if tts.speakers:  # a VoiceDesign model has none: its voice is the description
                 unknown = Problem(
                     "This speech model has no voice of that name",
@@ -307,10 +307,11 @@ class EngineWorker(QObject):
                     f"Parley speaks as {tts.default_speaker!r}.",
                     "Choose a voice in Settings.", action="settings")
             speaker = None
-        style_kind = _style_kind(tts, config.language)[0]
-        style = config.style or (DEFAULT_VOICE_DESCRIPTION if style_kind == "description" else None)
+        style_kind, style = _style_kind(tts, config.language)[0], None
+        if style_kind is not None:
+            style = config.style or (DEFAULT_VOICE_DESCRIPTION if style_kind == "description" else None)
         options = DialogueOptions(speaker=speaker, language=config.language or "auto",
-                                  tts_seed=config.tts_seed, style=style if style_kind else None)
+                                  tts_seed=config.tts_seed, style=style)
         dialogue = Dialogue(engine.chat, tts, engine.player, engine.history, engine.transcriber,
                             options=options, metrics=engine.metrics, conversation_id=conversation_id)
         return dialogue, unknown
