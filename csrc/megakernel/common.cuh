@@ -67,48 +67,57 @@ __device__ __forceinline__ uint4 load_weights(const __nv_bfloat16* w) {
   return r;
 }
 
-constexpr int kLoadsInFlight = 4;  // 16-byte loads per row per lane issued before the first is used
-
-// dot(w0[:K], x) and dot(w1[:K], x) by one warp (w1 may be null); K % 8 == 0, x in shared memory.
-// Both rows' loads are issued before any is used, so a lane keeps 2 * kLoadsInFlight loads in flight:
-// a step is bound by how many bytes are on their way from HBM, not by the arithmetic.
-__device__ __forceinline__ float2 warp_dot2(const __nv_bfloat16* w0, const __nv_bfloat16* w1, int K, const float* x) {
+// acc[i] = dot(row(r + i)[:K], x) for i < n <= R by one warp; K % 8 == 0, x in shared memory. The R rows'
+// 16-byte loads, Loads / R of each a lane, are issued before any is used: a stage is bound by how many
+// bytes are on their way from HBM, and a row that fits in one batch costs one round trip. A lane sums its
+// weights in k order whatever R and Loads are, so the result does not depend on them.
+template <int R, int Loads, typename Row>
+__device__ __forceinline__ void warp_dot(Row row, int r, int n, int K, const float* x, float (&acc)[R]) {
+  constexpr int kPerRow = Loads / R;
   const int lane = threadIdx.x & 31;
-  float acc0 = 0.f, acc1 = 0.f;
-  for (int base = lane * kVec; base < K; base += 32 * kVec * kLoadsInFlight) {
-    uint4 a[kLoadsInFlight], b[kLoadsInFlight];
+  const __nv_bfloat16* w[R];
 #pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int k = base + u * 32 * kVec;
-      if (k < K) {
-        a[u] = load_weights(w0 + k);
-        if (w1) b[u] = load_weights(w1 + k);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int k = base + u * 32 * kVec;
-      if (k < K) {
-        acc0 += dot8(a[u], x + k);
-        if (w1) acc1 += dot8(b[u], x + k);
-      }
-    }
+  for (int i = 0; i < R; ++i) {
+    w[i] = i < n ? row(r + i) : nullptr;
+    acc[i] = 0.f;
   }
-  return make_float2(warp_sum(acc0), warp_sum(acc1));
+  for (int base = lane * kVec; base < K; base += 32 * kVec * kPerRow) {
+    uint4 a[R][kPerRow];
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+      for (int u = 0; u < kPerRow; ++u) {
+        const int k = base + u * 32 * kVec;
+        if (i < n && k < K) a[i][u] = load_weights(w[i] + k);
+      }
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+      for (int u = 0; u < kPerRow; ++u) {
+        const int k = base + u * 32 * kVec;
+        if (i < n && k < K) acc[i] += dot8(a[i][u], x + k);
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < R; ++i) acc[i] = warp_sum(acc[i]);
 }
 
-// out(r, dot(row(r), x)) for r in [0, rows), two rows per warp at a time over all the grid's warps;
-// row(r) gives the weight row's address, out is called by lane 0.
-template <typename Row, typename Out>
+// out(r, dot(row(r), x)) for r in [0, rows), R rows per warp at a time over all the grid's warps;
+// row(r) gives the weight row's address, out is called by lane 0 in row order. A call site picks R and
+// Loads for its shape: few rounds of R rows over the grid's warps, few batches of a row, within the
+// registers its kernel has left (csrc/megakernel/build.sh reports spills).
+template <int R = 2, int Loads = 8, typename Row, typename Out>
 __device__ __forceinline__ void grid_matvec(int rows, int K, const float* x, Row row, Out out) {
   const int warps_total = gridDim.x * kWarps;
   const int gwarp = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  for (int r = 2 * gwarp; r < rows; r += 2 * warps_total) {
-    const bool two = r + 1 < rows;
-    const float2 d = warp_dot2(row(r), two ? row(r + 1) : nullptr, K, x);
+  for (int r = R * gwarp; r < rows; r += R * warps_total) {
+    const int n = min(R, rows - r);
+    float acc[R];
+    warp_dot<R, Loads>(row, r, n, K, x, acc);
     if ((threadIdx.x & 31) == 0) {
-      out(r, d.x);
-      if (two) out(r + 1, d.y);
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+        if (i < n) out(r + i, acc[i]);
     }
   }
 }
