@@ -10,7 +10,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 from engine.errors import (AudioDeviceError, AudioDeviceLostError, GPUUnavailableError, HistoryError, InputTextError,
-                           MicrophoneAccessError, ModelFilesError, ParleyError)
+                           MicrophoneAccessError, MicrophoneSilentError, ModelFilesError, ParleyError)
 
 ACTIONS = {"models": "Open Models…", "settings": "Open Settings…"}
 
@@ -54,6 +54,10 @@ def problem_for(error: BaseException, doing: str) -> Problem:
     if isinstance(error, ModelFilesError):
         return Problem(f"A model is missing or damaged ({doing})", detail,
                        "Choose or download the model on the Models page.", "models")
+    if isinstance(error, MicrophoneSilentError):  # a notice: the loop says when sound comes
+        return Problem("The microphone hears nothing", detail,
+                       "Allow microphone access in your system settings or unmute the input, or choose "
+                       "another microphone in Settings.", "settings")
     if isinstance(error, AudioDeviceLostError):  # a notice, not a dialog: Parley opens it again by itself
         if error.kind == "output":
             return Problem("The speakers were disconnected", detail,

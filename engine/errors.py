@@ -26,6 +26,15 @@ class AudioDeviceLostError(AudioDeviceError):
         self.kind = kind
 
 
+class MicrophoneSilentError(AudioDeviceLostError):
+    """The microphone delivers nothing but digital silence (exact zeros), which no working one does: the
+    system denies access without saying so (macOS does), or the input is muted. The stream still runs,
+    so the voice loop keeps listening and says when sound comes back."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "input")
+
+
 class MicrophoneAccessError(AudioDeviceError):
     """This user may not record: the system's privacy settings or the device's permissions deny it.
     The message says how to allow it on this system; typed turns still work."""

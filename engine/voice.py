@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.audio.devices import silence_error
 from engine.errors import AudioDeviceError, AudioDeviceLostError, ParleyError
 from engine.pipeline import Dialogue, TurnHooks, TurnResult
 from engine.stt.vad import BLOCK_SAMPLES, SAMPLE_RATE_HZ, Endpointer, Mode, SileroVad, SpeechStart, VadOptions
@@ -113,7 +114,9 @@ class DeviceLost:
     """The speakers (kind "output") or the microphone ("input") stopped: unplugged, or the sound server quit.
     A turn that was speaking fails (TurnFailed; what was heard is saved); an utterance being heard becomes
     a turn with what was said so far. The loop opens the device again every options.device_retry_ms
-    and emits DeviceRestored when it works. message is for the user; error is the AudioDeviceLostError."""
+    and emits DeviceRestored when it works. message is for the user; error is the AudioDeviceLostError.
+    A microphone that delivers only digital silence is reported so too (MicrophoneSilentError): its stream
+    runs on, the loop keeps listening, and DeviceRestored follows its first sound."""
 
     kind: str
     message: str
@@ -170,6 +173,9 @@ class VoiceOptions:
     level_interval_ms: audio per Level event.
     device_retry_ms: how often a lost speaker or microphone is opened again (and, while all is well,
         how often the idle loop looks at the speakers); each try is one PortAudio open.
+    silent_microphone_s: a microphone that delivers nothing but exact zeros this long is reported
+        (DeviceLost with a MicrophoneSilentError): every working one hears some noise, while macOS gives
+        an app it denies the microphone zeros, not an error, and so does a muted input.
     """
 
     mode: Mode = Mode.HANDS_FREE
@@ -183,6 +189,7 @@ class VoiceOptions:
     barge_in_ms: int = 250
     barge_in_margin_db: float = 6.0
     barge_in_min_dbfs: float = -50.0
+    silent_microphone_s: float = 5.0
 
     def __post_init__(self):
         try:
@@ -193,6 +200,8 @@ class VoiceOptions:
         for name in ("partial_interval_ms", "level_interval_ms", "device_retry_ms", "barge_in_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.silent_microphone_s > 0:
+            raise ValueError(f"silent_microphone_s must be > 0, got {self.silent_microphone_s}")
         if not self.barge_in_margin_db >= 0:
             raise ValueError(f"barge_in_margin_db must be >= 0, got {self.barge_in_margin_db}")
         if not SILENT_DBFS <= self.barge_in_min_dbfs <= 0:
@@ -463,6 +472,7 @@ class VoiceLoop:
         gate = _BargeInGate(opts)
         levels: deque[tuple[float, float]] = deque(maxlen=gate.history_blocks)  # (t_captured, dBFS): what the gate measures
         gating = False  # speech over a running turn has not passed the gate yet
+        silent = False  # the microphone's digital silence was reported (DeviceLost) and has not ended
         pos = 0
         try:
             while not self._closing.is_set():
@@ -472,6 +482,7 @@ class VoiceLoop:
                 except AudioDeviceLostError as e:
                     if not self._microphone_back(e, ep, captured):
                         return  # closed while it was lost
+                    silent = False  # reopened, and DeviceRestored said so
                     continue
                 if block is None:
                     continue
@@ -482,6 +493,7 @@ class VoiceLoop:
                 if len(level) >= level_blocks:
                     self._emit(Level(_rms_dbfs(np.concatenate(level))))
                     level.clear()
+                    silent = self._check_silence(silent)
                 if gating and gate.check(levels, self._echo):
                     gating = False
                     self._speech_started()
@@ -533,6 +545,23 @@ class VoiceLoop:
             self._emit(DeviceRestored("input", f"the microphone is back: input device {self.microphone.device.name!r}"))
             return True
         return False
+
+    def _check_silence(self, reported: bool) -> bool:
+        """DeviceLost once the microphone has delivered only exact zeros for options.silent_microphone_s,
+        DeviceRestored once it has delivered sound again; returns whether the silence stands reported."""
+        silent_s = self.microphone.stats().silent_s
+        if not reported and silent_s >= self.options.silent_microphone_s:
+            error = silence_error(self.microphone.device, silent_s)
+            log.warning("%s", error)
+            self._update(mic_lost=True)
+            self._emit(DeviceLost("input", str(error), error))
+            return True
+        if reported and silent_s < self.options.silent_microphone_s:  # the run of zeros ended: it sounded
+            self._update(mic_lost=False)
+            self._emit(DeviceRestored("input", f"the microphone hears sound again: input device "
+                                               f"{self.microphone.device.name!r}"))
+            return False
+        return reported
 
     def _run_commands(self, ep: Endpointer, captured) -> None:
         while True:

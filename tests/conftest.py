@@ -55,6 +55,7 @@ class PulseServer:
         info = subprocess.run(["pactl", "info"], env=self.env, capture_output=True, text=True, timeout=10)
         if done.returncode or "Default Sink: vsink" not in info.stdout:
             raise RuntimeError(f"pulseaudio did not start: {done.stderr.strip()} / {info.stderr.strip()}")
+        hum(self.env, "vsink")
 
     def kill(self) -> None:
         """Ends the server at once, as a crash or an unplugged device would, and waits until it has gone."""
@@ -72,6 +73,21 @@ class PulseServer:
         if self.pid() is None:
             (self.runtime_dir / "pulse" / "pid").unlink(missing_ok=True)  # stale after a kill
             self.start()
+
+
+def hum(env: dict, sink: str) -> str:
+    """Plays a 50 Hz mains hum at about -69 dBFS into `sink` until its module (returned) is unloaded. A null
+    sink's monitor is otherwise exact zeros between sounds, as no real microphone is, and a microphone
+    that is digitally silent for a while is reported as one that hears nothing (VoiceOptions)."""
+    def pactl(*args):
+        return subprocess.run(["pactl", *args], env=env, capture_output=True, text=True, check=True,
+                              timeout=10).stdout.strip()
+
+    module = pactl("load-module", "module-sine", f"sink={sink}", "frequency=50")  # amplitude 0.5
+    for block in pactl("list", "sink-inputs").split("Sink Input #")[1:]:
+        if f"Owner Module: {module}" in (line.strip() for line in block.splitlines()):
+            pactl("set-sink-input-volume", block.split()[0], "0.001")  # a linear factor: -60 dB
+    return module
 
 
 @pytest.fixture(scope="session")
@@ -212,6 +228,7 @@ MIC_RATE_HZ = 16_000  # what the user's speech is played at (engine/stt SAMPLE_R
 def user_mic(sound_server):
     """A null sink 'usermic' whose monitor is the default source during the test: play(audio) is the user
     speaking into the Microphone. Parley's voice still goes to 'vsink', so the microphone hears no echo.
+    It hums faintly, as a real microphone does; play.hush() stops that (a microphone the system silences).
     """
     pulse_server = sound_server
 
@@ -220,6 +237,7 @@ def user_mic(sound_server):
                               check=True).stdout.strip()
 
     module = pactl("load-module", "module-null-sink", "sink_name=usermic", f"rate={MIC_RATE_HZ}", "channels=1")
+    humming = [hum(pulse_server.env, "usermic")]
     pactl("set-default-source", "usermic.monitor")
     cli = pactl("load-module", "module-cli-protocol-unix")  # for pacmd, which can drop one stream
 
@@ -231,7 +249,7 @@ def user_mic(sound_server):
         streams, kill = {"sink": ("sink-inputs", "kill-sink-input"),
                          "source": ("source-outputs", "kill-source-output")}[kind]
         (index,) = [row[0] for row in rows(f"{kind}s") if row[1] == device]
-        (stream,) = [row[0] for row in rows(streams) if row[1] == index]
+        (stream,) = [row[0] for row in rows(streams) if row[1] == index and row[3] != "module-sine.c"]  # not the hum
         subprocess.run(["pacmd", kill, stream], env=pulse_server.env, check=True, timeout=10)
 
     def rows(what: str) -> list[list[str]]:
@@ -246,10 +264,16 @@ def user_mic(sound_server):
         player.stdin.close()
         return player
 
+    def hush():
+        while humming:
+            pactl("unload-module", humming.pop())
+
     play.drop_playback = lambda: drop("sink", "vsink")
     play.drop_recording = lambda: drop("source", "usermic.monitor")
+    play.hush = hush
     yield play
     if pulse_server.pid() is not None:
         pactl("set-default-source", "vsink.monitor")
+        hush()
         pactl("unload-module", module)
         pactl("unload-module", cli)

@@ -10,14 +10,14 @@ import pytest
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
 
-from engine.errors import AudioDeviceError
+from engine.errors import AudioDeviceError, MicrophoneSilentError
 from engine.history import HistoryStore
 from engine.llm.chat import ChatModel, ChatOptions
 from engine.llm.clauses import ClauseOptions, split_clauses
 from engine.metrics import FIGURES, MetricsRecorder
 from engine.pipeline import Dialogue, DialogueOptions
 from engine.voice import (
-    SILENT_DBFS, BargeIn, DeviceLost, Heard, Level, Mode, Partial, ReplyText, SpeakingClause, SpeechStarted,
+    SILENT_DBFS, BargeIn, DeviceLost, DeviceRestored, Heard, Level, Mode, Partial, ReplyText, SpeakingClause, SpeechStarted,
     StateChanged, TurnFailed, TurnFinished, VadOptions, VoiceLoop, VoiceOptions,
 )  # fmt: skip
 
@@ -358,3 +358,22 @@ def test_losing_the_microphone_is_reported_and_typed_turns_go_on(parts, user_mic
     assert isinstance(failed.error, AudioDeviceError)
     assert "input device" in failed.message and "was lost" in failed.message
     assert finished.user_text == "Say hello." and finished.reply_text.strip()
+
+
+def test_a_microphone_giving_only_digital_silence_is_reported_and_hears_again_at_the_first_sound(parts, user_mic, speak):
+    """Exact zeros for silent_microphone_s (as macOS gives an app it denies the microphone): DeviceLost with a
+    MicrophoneSilentError saying what to check, and 'idle'; the loop listens on, so the user's speech brings
+    DeviceRestored and is heard as a turn."""
+    dialogue, mic = parts
+    user_mic.hush()
+    loop, events = run_loop(dialogue, mic, silent_microphone_s=1.0)
+    with loop:
+        lost = events.wait_for(DeviceLost)
+        events.wait(lambda seen: events.states()[-1:] == ["idle"], "the idle state")
+        user_mic(speak(QUESTION))
+        restored = events.wait_for(DeviceRestored)
+        heard = events.wait_for(Heard)
+    assert isinstance(lost.error, MicrophoneSilentError) and lost.kind == "input"
+    assert "nothing but digital silence" in lost.message and "muted" in lost.message
+    assert restored.kind == "input" and "hears sound again" in restored.message
+    assert "weather" in heard.text.lower()

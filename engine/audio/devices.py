@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.errors import AudioDeviceError, AudioDeviceLostError, MicrophoneAccessError
+from engine.errors import AudioDeviceError, AudioDeviceLostError, MicrophoneAccessError, MicrophoneSilentError
 
 Kind = Literal["output", "input"]
 
@@ -143,6 +143,16 @@ def access_error(device: Device, error: Exception) -> MicrophoneAccessError | No
     return MicrophoneAccessError(
         f"this user may not record from input device {describe(device)}: the system denies access to it; "
         f"{_how_to_allow_recording()}; typing to Parley still works"
+    )
+
+
+def silence_error(device: Device, silent_s: float) -> MicrophoneSilentError:
+    """The MicrophoneSilentError for input `device` after silent_s seconds of nothing but exact zeros."""
+    return MicrophoneSilentError(
+        f"input device {describe(device)} has delivered nothing but digital silence for {silent_s:.0f} s, as no "
+        f"working microphone does: the system may deny Parley access without saying so ({_how_to_allow_recording()}), "
+        "or the input is muted (in the system's sound settings or by a switch on the device); Parley listens on "
+        "and hears again as soon as sound comes, and typing still works"
     )
 
 

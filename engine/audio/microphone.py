@@ -59,12 +59,13 @@ class MicBlock:
 
 @dataclass(frozen=True)
 class CaptureStats:
-    """A snapshot of the microphone's counters since it opened."""
+    """A snapshot of the microphone's counters since it opened, and how long it has been digitally silent."""
 
     callbacks: int  # times PortAudio delivered audio
     blocks: int  # blocks queued (muted ones included)
     dropped_blocks: int  # oldest blocks thrown away because the reader fell queue_blocks behind
     device_overflows: int  # callbacks PortAudio flagged 'input overflow' (it lost samples)
+    silent_s: float = 0.0  # how long the device has delivered exact zeros and nothing else (mute aside)
 
 
 class Microphone(DeviceStream):
@@ -107,7 +108,8 @@ class Microphone(DeviceStream):
             import soxr
 
             self._resampler = soxr.ResampleStream(self.rate_hz, MIC_RATE_HZ, 1, dtype="float32", quality="HQ")
-        self._counts = dict.fromkeys(CaptureStats.__dataclass_fields__, 0)
+        self._counts = dict.fromkeys(("callbacks", "blocks", "dropped_blocks", "device_overflows"), 0)
+        self._zeros = 0  # device samples in a row that were exactly 0.0, up to the last callback
         self._last_callback = time.perf_counter()
         self._init_state()
         self._start(sd.InputStream, channels=1)
@@ -129,6 +131,7 @@ class Microphone(DeviceStream):
 
     def _callback(self, indata, frames, time_info, status) -> None:
         x = indata[:, 0]
+        sounded = x.any()  # before the canceller, whose output of silence may not be exact zeros
         if self._resampler is not None:
             x = self._resampler.resample_chunk(x)
         now = time.perf_counter()
@@ -144,6 +147,7 @@ class Microphone(DeviceStream):
             self._last_callback = now
             if status.input_overflow:
                 c["device_overflows"] += 1
+            self._zeros = 0 if sounded else self._zeros + frames
             pending = np.concatenate([self._pending, x])
             whole = len(pending) // bs * bs
             self._pending = pending[whole:].copy()
@@ -160,6 +164,7 @@ class Microphone(DeviceStream):
         with self._lock:
             self._pending = np.zeros(0, np.float32)  # blocks already queued are whole and kept
             self._last_callback = time.perf_counter()  # the new stream gets its stall_timeout_s
+            self._zeros = 0
             if self._resampler is not None:
                 self._resampler.clear()
 
@@ -194,7 +199,7 @@ class Microphone(DeviceStream):
     def stats(self) -> CaptureStats:
         """The counters now."""
         with self._lock:
-            return CaptureStats(**self._counts)
+            return CaptureStats(**self._counts, silent_s=self._zeros / self.rate_hz)
 
     def _check(self) -> None:
         with self._lock:

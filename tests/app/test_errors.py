@@ -4,7 +4,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.errors import ErrorDialog, problem_for
 from engine.errors import (AudioDeviceError, AudioDeviceLostError, GPUUnavailableError, HistoryError, InputTextError,
-                           MicrophoneAccessError, ModelFilesError)
+                           MicrophoneAccessError, MicrophoneSilentError, ModelFilesError)
 
 
 def test_each_kind_of_failure_points_to_the_page_that_fixes_it():
@@ -46,6 +46,14 @@ def test_a_denied_microphone_says_to_allow_it_in_the_system_settings():
     problem = problem_for(MicrophoneAccessError("this user may not record from input device 'default'"), "x")
     assert problem.headline == "Access to the microphone is denied" and problem.action is None
     assert "Allow microphone access in your system settings" in problem.advice and "typing" in problem.advice
+
+
+def test_a_silent_microphone_is_not_called_disconnected_and_leads_to_the_settings():
+    """MicrophoneSilentError (only exact zeros: denied without an error, or muted) says the microphone hears
+    nothing, points to the system's settings, and offers Settings to choose another microphone."""
+    problem = problem_for(MicrophoneSilentError("input device 'default' has delivered nothing but digital silence"), "x")
+    assert problem.headline == "The microphone hears nothing" and problem.action == "settings"
+    assert "system settings" in problem.advice and "unmute" in problem.advice
 
 
 def test_torch_out_of_memory_is_recognised_without_importing_torch_here():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.errors import AudioDeviceError, AudioDeviceLostError
-from tests.conftest import MIC_RATE_HZ, NULL_SINK_RATE_HZ
+from tests.conftest import MIC_RATE_HZ, NULL_SINK_RATE_HZ, hum
 
 WAIT_S = 120  # generous: the null sinks run slow and the machine is shared
 
@@ -43,8 +43,9 @@ class Plugs:
             self.pactl("unload-module", self._sink_module(sink))
 
     def plug(self, sink: str, *args: str) -> None:
-        """Loads a null sink named `sink` (module-null-sink arguments `args`)."""
+        """Loads a null sink named `sink` (module-null-sink arguments `args`), humming as a real device does."""
         self.pactl("load-module", "module-null-sink", f"sink_name={sink}", *args)
+        hum(self.env, sink)
 
     def route(self, sink: str, source: str) -> None:
         """Makes `sink` and `source` the defaults and moves every stream there (a stream reopened between two
@@ -52,7 +53,9 @@ class Plugs:
         self.pactl("set-default-sink", sink)
         self.pactl("set-default-source", source)
         for line in self.pactl("list", "short", "sink-inputs").splitlines():
-            self.pactl("move-sink-input", line.split("\t")[0], sink)
+            index, _, _, driver, *_ = line.split("\t")
+            if driver != "module-sine.c":  # a device's own hum stays with it
+                self.pactl("move-sink-input", index, sink)
         for line in self.pactl("list", "short", "source-outputs").splitlines():
             self.pactl("move-source-output", line.split("\t")[0], source)
 

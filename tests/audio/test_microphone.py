@@ -68,6 +68,25 @@ def test_mute_delivers_silent_blocks_at_the_same_pace(sound_server):
         assert rms(back.pcm) > 0.1
 
 
+def test_silent_s_is_how_long_the_device_gave_exact_zeros_and_sound_ends_it(user_mic):
+    """A humming microphone is never digitally silent; hushed, silent_s grows with the zeros it records, muted
+    or not (mute is Parley's, not the device's); the first sound sets it back to under a callback's worth."""
+    def dbfs(blocks):
+        return 20 * np.log10(rms(np.concatenate([b.pcm for b in blocks])))
+
+    with Microphone() as mic:
+        humming = [mic.read(WAIT_S) for _ in range(30)]
+        assert -80 < dbfs(humming[10:]) < -60 and mic.stats().silent_s == 0  # the fixture's faint hum
+        user_mic.hush()
+        mic.mute = True
+        read_until(mic, lambda b: mic.stats().silent_s >= 1.0)
+        mic.mute = False
+        playing = user_mic(tone(440, 3.0, 16_000))
+        read_until(mic, lambda b: rms(b.pcm) > 0.1)  # read as it comes: the tone is still playing
+        assert mic.stats().silent_s < 0.1
+        playing.wait()
+
+
 def test_unknown_input_device_lists_the_devices(sound_server):
     """A name no input device has raises AudioDeviceError naming every input device."""
     with pytest.raises(AudioDeviceError) as e:
