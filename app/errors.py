@@ -72,7 +72,7 @@ def problem_for(error: BaseException, doing: str) -> Problem:
                        "Connect the device, or choose another one in Settings; typing still works.", "settings")
     if isinstance(error, HistoryError):
         return Problem("The conversation history cannot be saved", detail,
-                       "Free some disk space; the conversation goes on and is saved when it can be.")
+                       "The conversation goes on, and is saved as soon as the file can be written.")
     if isinstance(error, GPUUnavailableError):
         return Problem("The GPU is not available; Parley is using the CPU", detail,
                        "Replies may be slower; the conversation goes on. Close other programs using the GPU, "

@@ -76,6 +76,9 @@ class _Engine:
         self.config = config
         self.history = self.chat = self.tts = self.transcriber = self.player = self.microphone = None
         self.dialogue = self.loop = None
+        # turns a closed Dialogue could not make their conversation for (the history could not be written):
+        # the next Dialogue of a new conversation takes them over
+        self.unsaved: list = []
         self.metrics = None  # one MetricsRecorder for the engine's life: p50/p95 span rebuilt loops
         self.device = "cpu"
         self.unsubscribe: list = []
@@ -86,10 +89,15 @@ class _Engine:
         self.unsubscribe = []
         if self.loop is not None:
             self.loop.close()
+        if self.dialogue is not None and self.dialogue.unsaved:
+            self.unsaved = self.dialogue.unsaved
         self.loop = self.dialogue = None
 
     def close(self) -> None:
         self.close_loop()
+        if self.unsaved:
+            log.warning("%d turns could not be saved before Parley closed: the history file %s could not be "
+                        "written", len(self.unsaved), self.history.path)
         for part in (self.microphone, self.player, self.history):
             if part is not None:
                 try:
@@ -201,7 +209,11 @@ class EngineWorker(QObject):
         self._progress()
         from engine.history import HistoryStore, history_path
 
-        engine.history = HistoryStore(config.history_file or history_path())
+        # a history that cannot be opened yet (held by another program, read-only) does not stop Parley:
+        # the turns wait in memory and are saved once it can be written
+        engine.history = HistoryStore(config.history_file or history_path(), open_later=True)
+        if engine.history.open_error is not None:
+            self.notice.emit(problem_for(engine.history.open_error, "opening the history"))
 
         self._advance()
         import torch
@@ -312,8 +324,13 @@ class EngineWorker(QObject):
             style = config.style or (DEFAULT_VOICE_DESCRIPTION if style_kind == "description" else None)
         options = DialogueOptions(speaker=speaker, language=config.language or "auto",
                                   tts_seed=config.tts_seed, style=style)
-        dialogue = Dialogue(engine.chat, tts, engine.player, engine.history, engine.transcriber,
-                            options=options, metrics=engine.metrics, conversation_id=conversation_id)
+        unsaved, engine.unsaved = engine.unsaved, []
+        if unsaved and conversation_id is not None:  # a saved conversation reopened: theirs was never made
+            log.warning("%d turns said while the history could not be written are not saved: another "
+                        "conversation was opened before it could be", len(unsaved))
+            unsaved = []
+        dialogue = Dialogue(engine.chat, tts, engine.player, engine.history, engine.transcriber, options=options,
+                            metrics=engine.metrics, conversation_id=conversation_id, unsaved=unsaved)
         return dialogue, unknown
 
     def _voice_off(self, error: Exception, doing: str) -> Problem:

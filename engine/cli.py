@@ -95,12 +95,19 @@ def _chat(args) -> int:
 
         transcriber = Transcriber(args.whisper)
         transcriber.warm_up()  # the first turn should not pay for the model's first run
-    with Player(args.output_device) as player, HistoryStore(history_path(args.profile)) as history:
+    # a history held by another program or read-only does not stop the conversation: turns wait for it
+    with Player(args.output_device) as player, HistoryStore(history_path(args.profile), open_later=True) as history:
+        if history.open_error is not None:
+            print(f"parley: {history.open_error}", file=sys.stderr)
         dialogue = Dialogue(chat, tts, player, history, transcriber, options=DialogueOptions(speaker=args.speaker))
         about = f"parley: {llm_path.name} and {tts.folder.name}, voice {dialogue.speaker}"
-        if args.text:
-            return _typed_chat(dialogue, about)
-        return _voice_chat(dialogue, args, about)
+        try:
+            return _typed_chat(dialogue, about) if args.text else _voice_chat(dialogue, args, about)
+        finally:
+            if dialogue.unsaved:
+                n = len(dialogue.unsaved)
+                print(f"parley: {n} turn{'s' if n != 1 else ''} could not be saved: {history.path} could not be "
+                      "written", file=sys.stderr)
 
 
 def _figures(metrics) -> str:

@@ -3,7 +3,8 @@
 The pipeline adds each turn as it ends, so a crash loses nothing already said; the app lists, reopens,
 deletes and exports conversations, and erases them all in place (`erase_all()`: the file is never
 unlinked under a connection). A turn that cannot be written (database locked, disk full) is kept
-in memory and written before the next one, by `retry_pending()`, or at `close()`.
+in memory and written before the next one, by `retry_pending()`, or at `close()`; a store made with
+`open_later` also starts without the file (held elsewhere, read-only) and opens it at the first call that can.
 """
 
 from __future__ import annotations
@@ -135,44 +136,69 @@ class HistoryStore:
     Args:
         path: the .sqlite3 file; created with its folder if missing.
         timeout_s: how long a write waits for another program's lock before HistoryError.
+        open_later: a file that cannot be opened now (another program holds it, it is read-only) does not
+            raise: `open_error` says why, and every call opens it first, raising HistoryError until it
+            can. The conversation loop keeps its turns meanwhile and saves them once it can.
     Raises:
-        HistoryError: the file cannot be opened or is not a Parley history database.
+        HistoryError: the file cannot be opened or is not a Parley history database (unless open_later).
     """
 
-    def __init__(self, path: Path | str, timeout_s: float = 2.0):
+    def __init__(self, path: Path | str, timeout_s: float = 2.0, *, open_later: bool = False):
         self.path = Path(path)
         self.timeout_s = timeout_s
         self._pending: list[tuple[int, Turn]] = []  # turns not yet written, oldest first
         self._closed = False
         self._lock = threading.RLock()  # one call at a time: a transaction never interleaves with another
+        self._db: sqlite3.Connection | None = None
+        self.open_error: HistoryError | None = None  # why the file could not be opened yet (open_later)
+        try:
+            self._connection()
+        except HistoryError:
+            if not open_later:
+                raise
+
+    def _connection(self) -> sqlite3.Connection:
+        """The open connection, opening the file first if it is not yet (raises HistoryError if it cannot)."""
+        with self._lock:
+            if self._db is None:
+                try:
+                    self._db = self._open()
+                    self.open_error = None
+                except HistoryError as e:
+                    self.open_error = e
+                    raise
+            return self._db
+
+    def _open(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: we open transactions ourselves, one per turn
-            self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as e:
             raise HistoryError(f"{self.path}: cannot open the history database ({e}); check the folder exists and is writable") from e
         try:
-            self._db.execute("PRAGMA foreign_keys = ON")
-            mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            db.execute("PRAGMA foreign_keys = ON")
+            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if mode.lower() != "wal":
                 raise HistoryError(f"{self.path}: SQLite refused WAL mode (got {mode!r}); is the file on a network drive?")
             # FULL: a committed turn survives a power cut too, not only a crash of Parley
-            self._db.execute("PRAGMA synchronous = FULL")
+            db.execute("PRAGMA synchronous = FULL")
             # what is deleted is overwritten with zeros, not left readable in the file's free pages
-            self._db.execute("PRAGMA secure_delete = ON")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            db.execute("PRAGMA secure_delete = ON")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise HistoryError(
                     f"{self.path}: history schema version {version} is newer than this Parley's "
                     f"({SCHEMA_VERSION}); update Parley or use another profile"
                 )
-            self._db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+            db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
         except sqlite3.DatabaseError as e:
-            self._db.close()
+            db.close()
             raise self._error("open", e) from e
         except HistoryError:
-            self._db.close()
+            db.close()
             raise
+        return db
 
     # -- lifetime
 
@@ -196,7 +222,8 @@ class HistoryStore:
                     f"({e.__cause__ or e}); another program holds the file or the disk is full"
                 ) from e
             finally:
-                self._db.close()
+                if self._db is not None:
+                    self._db.close()
 
     def __enter__(self) -> HistoryStore:
         return self
@@ -360,7 +387,7 @@ class HistoryStore:
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
         try:
             with self._lock:
-                return self._db.execute(sql, args).fetchall()
+                return self._connection().execute(sql, args).fetchall()
         except sqlite3.DatabaseError as e:
             raise self._error("read the history", e) from e
 
@@ -391,10 +418,13 @@ class _Transaction:
         self._store._lock.acquire()  # released in __exit__
         try:
             # IMMEDIATE takes the write lock up front, so a lock held elsewhere fails here, not mid-write
-            self._store._db.execute("BEGIN IMMEDIATE")
+            self._store._connection().execute("BEGIN IMMEDIATE")
         except sqlite3.Error as e:
             self._store._lock.release()
             raise self._store._error(self._what, e) from e
+        except HistoryError:
+            self._store._lock.release()
+            raise
 
     def __exit__(self, exc_type, exc, tb):
         try:

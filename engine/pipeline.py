@@ -15,7 +15,7 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.errors import HistoryError, InputTextError, ParleyError
@@ -217,13 +217,15 @@ class Dialogue:
         transcriber: the Whisper model for voice_turn (engine/stt Transcriber); None for typed turns only.
         options: DialogueOptions() when None.
         metrics: where each turn's figures go; a new MetricsRecorder when None.
+        unsaved: turns of this conversation that an earlier Dialogue could not save yet (its `unsaved`,
+            when a new Dialogue carries the conversation on); saved first, with the first turn that can be.
     Raises:
         InputTextError: the speaker or language is not one the TTS model has, or a style it takes none of.
     """
 
     def __init__(self, chat, tts, player, history: HistoryStore, transcriber=None, *,
                  options: DialogueOptions | None = None, metrics: MetricsRecorder | None = None,
-                 conversation_id: int | None = None):
+                 conversation_id: int | None = None, unsaved: Sequence[Turn] = ()):
         from engine.audio.player import TTS_RATE_HZ
 
         self.chat, self.tts, self.player, self.history, self.transcriber = chat, tts, player, history, transcriber
@@ -237,7 +239,12 @@ class Dialogue:
         self._lock = threading.Lock()
         self._current: _TurnState | None = None
         self._turns = 0
-        self._unsaved: list[Turn] = []  # turns waiting for the history to create their conversation
+        self._unsaved: list[Turn] = list(unsaved)  # turns waiting for the history to create their conversation
+
+    @property
+    def unsaved(self) -> list[Turn]:
+        """Turns waiting for the history to make their conversation (it could not be written yet)."""
+        return list(self._unsaved)
 
     # -- turns -----------------------------------------------------------------------------------
 

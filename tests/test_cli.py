@@ -38,6 +38,23 @@ def test_chat_prints_and_speaks_each_reply_with_its_figures(sound_server, short_
         assert conversation.turn_count == 2
 
 
+def test_chat_with_a_history_another_program_holds_says_so_answers_and_says_what_was_not_saved(
+        sound_server, short_checkpoint, tmp_path):
+    """The history file held by another program for the whole chat: `parley chat` says so at the start,
+    answers the typed turn all the same, and says at the end that its two turns could not be saved."""
+    from engine.history import HistoryStore, history_path
+    from tests.test_history_faults import locked
+
+    path = history_path("default", tmp_path / "data" / "parley" / "history")
+    HistoryStore(path).close()
+    with locked(path):
+        code, out, err = run_chat(tmp_path, "Name three colors.\n", "--text", "--model", short_checkpoint,
+                                  "--speaker", "ryan")
+    assert code == 0 and out.strip() and "Traceback" not in err, err
+    assert f"parley: {path}: cannot open" in err and "locked" in err
+    assert f"parley: 2 turns could not be saved: {path} could not be written" in err
+
+
 def test_chat_names_a_missing_llm_file(sound_server, short_checkpoint, tmp_path):
     """A --llm path that does not exist fails with exit code 2 and a message naming the file."""
     missing = tmp_path / "nope.gguf"

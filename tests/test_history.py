@@ -285,3 +285,28 @@ def test_history_path_is_one_file_per_profile(tmp_path):
     """Each profile gets its own file under the root."""
     assert history_path("work", tmp_path) == tmp_path / "work.sqlite3"
     assert history_path("home", tmp_path) != history_path("work", tmp_path)
+
+
+def test_a_store_opened_later_says_why_it_cannot_open_yet_and_opens_at_its_first_use_once_it_can(tmp_path):
+    """open_later: a file another program holds at start makes no error there but open_error (naming the file
+    and the lock); each call tries again, failing while it is held, and works once it is free."""
+    path = tmp_path / "profile.sqlite3"
+    HistoryStore(path).close()
+    locker = sqlite3.connect(path, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    store = HistoryStore(path, timeout_s=0.2, open_later=True)
+    try:
+        assert str(path) in str(store.open_error) and "locked" in str(store.open_error)
+        with pytest.raises(HistoryError, match="locked"):
+            store.new_conversation()
+        with pytest.raises(HistoryError, match="locked"):
+            store.list_conversations()
+        locker.execute("ROLLBACK")
+        locker.close()
+        cid = store.new_conversation()
+        store.add_turn(cid, Turn("user", "Saved once it was free."))
+        assert store.open_error is None
+    finally:
+        store.close()
+    with HistoryStore(path) as again:
+        assert [t.text for t in again.open_conversation(cid).turns] == ["Saved once it was free."]

@@ -133,3 +133,32 @@ def test_a_speaker_the_new_model_lacks_is_a_notice_and_its_first_voice_speaks(ha
     assert "'Nobody'" in problem.detail and info.speakers[0] in problem.detail and problem.action == "settings"
     (result,) = harness.emitted(harness.worker.turn_finished, harness.requests.speak, "Hello there.")
     assert result.reply_text == "Hello there."
+
+
+def test_a_history_file_held_by_another_program_at_start_is_a_notice_and_its_turns_wait_for_it(harness, base_config,
+                                                                                             tmp_path):
+    """Another program holds the history file while the engine loads: it loads anyway, with a notice that the
+    history cannot be saved (naming the file and the lock), not a failed load; a turn said meanwhile waits
+    in memory, through a settings change that makes a new Dialogue, and is saved with the next turn once the
+    file is free."""
+    from engine.history import HistoryStore
+    from tests.test_history_faults import locked
+
+    path = tmp_path / "h.sqlite3"
+    HistoryStore(path).close()
+    notices, failed = [], []
+    harness.worker.notice.connect(notices.append)
+    harness.worker.failed.connect(failed.append)
+    config = replace(base_config, history_file=path)
+    with locked(path):
+        harness.emitted(harness.worker.ready, harness.requests.load, config, unless=failed)
+        harness.emitted(harness.worker.turn_finished, harness.requests.speak, "Said while it was held.")
+        harness.emitted(harness.worker.ready, harness.requests.apply, replace(config, tts_seed=config.tts_seed + 1))
+    (problem, *later) = notices  # the load's notice, then one a turn while it is held
+    assert problem.headline == "The conversation history cannot be saved" and problem.action is None
+    assert str(path) in problem.detail and "locked" in problem.detail
+    harness.emitted(harness.worker.turn_finished, harness.requests.speak, "Said once it was free.")
+    with HistoryStore(path) as store:
+        (conversation,) = store.list_conversations()
+        assert [t.text for t in store.open_conversation(conversation.id).turns] == [
+            "Said while it was held.", "Said once it was free."]
