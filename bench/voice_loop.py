@@ -99,10 +99,20 @@ class Pulse:
                         "-L", "module-native-protocol-unix auth-anonymous=1", "-L", "module-always-sink"],
                        env=self.env, check=True, capture_output=True, timeout=30)  # fmt: skip
         for args in (["set-default-sink", "vsink"], ["set-default-source", "usermic.monitor"]):
-            subprocess.run(["pactl", *args], env=self.env, check=True, capture_output=True, timeout=10)
+            self.pactl(*args)
+        # the microphone hums faintly (50 Hz, -69 dBFS) as a real one does; exact zeros between lines would
+        # be reported as a silenced microphone (VoiceOptions.silent_microphone_s)
+        hum = self.pactl("load-module", "module-sine", "sink=usermic", "frequency=50")
+        for block in self.pactl("list", "sink-inputs").split("Sink Input #")[1:]:
+            if f"Owner Module: {hum}" in (line.strip() for line in block.splitlines()):
+                self.pactl("set-sink-input-volume", block.split()[0], "0.001")
         # PortAudio (through ALSA's pulse plugin) finds the server from these, read when it opens a stream
         os.environ.update({k: self.env[k] for k in ("XDG_RUNTIME_DIR", "PULSE_RUNTIME_PATH")})
         os.environ.pop("PULSE_SERVER", None)
+
+    def pactl(self, *args: str) -> str:
+        return subprocess.run(["pactl", *args], env=self.env, check=True, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
 
     def play(self, audio: np.ndarray) -> subprocess.Popen:
         player = subprocess.Popen(["pacat", "--playback", "--device=usermic", "--raw", "--format=float32le",

@@ -17,11 +17,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.errors import HistoryError, InputTextError, ParleyError
 from engine.history import HistoryStore, Turn
 from engine.llm.clauses import ClauseOptions, ClauseSplitter, speakable_text
 from engine.metrics import MetricsRecorder, TurnMetrics
+
+if TYPE_CHECKING:
+    from engine.stt.whisper import Transcript
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +265,7 @@ class Dialogue:
             return self._turn(state, user_text, hooks or TurnHooks())
 
     def voice_turn(self, audio_16k, speech_end: float | None = None, hooks: TurnHooks | None = None, *,
-                   turn_end: float | None = None) -> TurnResult:
+                   turn_end: float | None = None, transcript: Transcript | None = None) -> TurnResult:
         """A spoken turn: Whisper transcribes `audio_16k`, then as text_turn.
 
         stop() works from the start: called during the transcription, the turn is saved with an empty,
@@ -273,6 +277,8 @@ class Dialogue:
                 voice_to_voice_ms); None is now, i.e. the speech ended as it was handed over.
             turn_end: time.perf_counter() when the end of the turn was decided (the silence window ran
                 out, the key was released): the origin of stt_ms; None is speech_end.
+            transcript: audio_16k's transcript when it was made already (the voice loop transcribes a turn
+                while its silence runs out); stt_ms is then the time from turn_end to now.
         Raises:
             InputTextError: no words were heard (nothing is saved).
             ParleyError: as text_turn.
@@ -283,7 +289,7 @@ class Dialogue:
         speech_end = time.perf_counter() if speech_end is None else speech_end
         turn_end = speech_end if turn_end is None else turn_end
         with self._turn_state() as state:
-            transcript = self.transcriber.transcribe(audio_16k)
+            transcript = transcript or self.transcriber.transcribe(audio_16k)
             stt_ms = (time.perf_counter() - turn_end) * 1000.0
             if not transcript.text.strip():
                 raise InputTextError(f"heard no words in {transcript.audio_s:.1f} s of audio; please speak again")

@@ -258,6 +258,7 @@ class _Job:
     audio: np.ndarray | None = None
     speech_end: float | None = None  # voice: perf_counter() of the block holding the last speech
     turn_end: float | None = None  # voice: perf_counter() when the end of the turn was decided
+    key: tuple[int, int] | None = None  # voice: the turn's (start_sample, end_sample) in the stream
 
 
 class VoiceLoop:
@@ -304,6 +305,12 @@ class VoiceLoop:
         # Whisper is not thread-safe: the worker holds this while it transcribes, partials try it
         self._whisper = threading.Lock()
         self._partial_audio: queue.Queue[tuple[int, np.ndarray]] = queue.Queue(maxsize=1)
+        # early transcription of the turn whose silence is running out, keyed by (start_sample, end_sample):
+        # the newest offer not yet taken, the one being transcribed, the last one done (key, Transcript)
+        self._early = threading.Condition()
+        self._early_offer: tuple[tuple[int, int], np.ndarray] | None = None
+        self._early_running: tuple[int, int] | None = None
+        self._early_done: tuple[tuple[int, int], object] | None = None
         self._utterance = 0  # counts utterances, so a late partial of an earlier one is dropped
         self._threads: list[threading.Thread] = []
         self._echo = None  # the EchoCanceller between the player and the microphone while the loop runs
@@ -364,6 +371,9 @@ class VoiceLoop:
         self._threads = [threading.Thread(target=self._work, name="parley-turns", daemon=True)]
         if self.microphone is not None:
             self._threads.append(threading.Thread(target=self._listen, name="parley-listen", daemon=True))
+            if self.dialogue.transcriber is not None:
+                self._threads.append(threading.Thread(target=self._transcribe_early, name="parley-early-stt",
+                                                      daemon=True))
             if self.options.partials:
                 self._threads.append(threading.Thread(target=self._partials, name="parley-partials", daemon=True))
         if self.microphone is not None and self.options.echo_cancellation:
@@ -473,6 +483,7 @@ class VoiceLoop:
         levels: deque[tuple[float, float]] = deque(maxlen=gate.history_blocks)  # (t_captured, dBFS): what the gate measures
         gating = False  # speech over a running turn has not passed the gate yet
         silent = False  # the microphone's digital silence was reported (DeviceLost) and has not ended
+        early_end = None  # the ending_sample last offered for early transcription
         pos = 0
         try:
             while not self._closing.is_set():
@@ -514,6 +525,10 @@ class VoiceLoop:
                     else:
                         self._utterance_ended(event, captured, block.t_captured)
                         utterance = []
+                end = ep.ending_sample
+                if end is not None and end != early_end and not gating:
+                    early_end = end
+                    self._offer_early(ep.ending_turn())
                 if opts.partials:
                     recent.append((pos - BLOCK_SAMPLES, block.pcm))
                     if self._hearing and ep.in_turn:
@@ -613,7 +628,8 @@ class VoiceLoop:
         last = turn.end_sample if turn.reason == "max-length" else max(turn.start_sample, turn.end_sample - tail)
         speech_end = next((t for start, t in reversed(captured) if start <= last), turn_end)
         with self._lock:  # from hearing straight to thinking: the worker takes the turn at once when idle
-            self._jobs.put(_Job("voice", audio=turn.audio, speech_end=min(speech_end, turn_end), turn_end=turn_end))
+            self._jobs.put(_Job("voice", audio=turn.audio, speech_end=min(speech_end, turn_end), turn_end=turn_end,
+                                key=(turn.start_sample, turn.end_sample)))
             self._update(hearing=False, phase=self._phase or "thinking")
 
     # -- partial transcripts ----------------------------------------------------------------------
@@ -645,6 +661,51 @@ class VoiceLoop:
                 current = self._hearing and utterance == self._utterance
             if current and text:
                 self._emit(Partial(text))
+
+    # -- early transcription ----------------------------------------------------------------------
+    # Hands-free, a turn's audio is complete some silence_ms - tail_ms before the silence window ends it:
+    # transcribed in that time, its text is ready when the turn is, and the window costs no STT time.
+
+    def _offer_early(self, turn) -> None:
+        with self._early:  # only the newest waits: a resumed voice makes the one before it stale
+            self._early_offer = ((turn.start_sample, turn.end_sample), turn.audio)
+            self._early.notify_all()
+
+    def _transcribe_early(self) -> None:
+        transcriber = self.dialogue.transcriber
+        while not self._closing.is_set():
+            with self._early:
+                if not self._early.wait_for(lambda: self._early_offer is not None, timeout=0.1):
+                    continue
+                (key, audio), self._early_offer = self._early_offer, None
+                self._early_running = key
+            transcript = None
+            try:
+                with self._whisper:
+                    with self._early:  # not stale: no newer offer, and the worker has not given up on it
+                        wanted = self._early_running == key and self._early_offer is None
+                    if wanted:
+                        transcript = transcriber.transcribe(audio)
+            except Exception:
+                log.exception("an early transcription failed; the turn is transcribed when it ends")
+            finally:
+                with self._early:
+                    if transcript is not None:
+                        self._early_done = (key, transcript)
+                    self._early_running = None
+                    self._early.notify_all()
+
+    def _early_transcript(self, key: tuple[int, int] | None):
+        """The early Transcript of the turn `key`, waited for while it is being made; None when there is none
+        (an offer not started yet is withdrawn: the worker transcribes it at once itself)."""
+        with self._early:
+            if self._early_offer is not None and self._early_offer[0] == key:
+                self._early_offer = None
+            if self._early_running not in (None, key):
+                self._early_running = None  # a stale one, still waiting for Whisper: it is skipped
+            self._early.wait_for(lambda: self._early_running != key)
+            done, self._early_done = self._early_done, None
+        return done[1] if done is not None and done[0] == key else None
 
     # -- the turn worker --------------------------------------------------------------------------
 
@@ -710,19 +771,22 @@ class VoiceLoop:
             return self.dialogue.text_turn(job.text, hooks)
         if job.kind == "say":
             return self.dialogue.say(job.text, hooks)
-        self._whisper.acquire()
-        held = True
+        transcript = self._early_transcript(job.key)
+        held = transcript is None  # Whisper is this turn's until it has heard it
+        if held:
+            self._whisper.acquire()
 
         def heard(text: str) -> None:
             nonlocal held
-            self._whisper.release()
-            held = False
+            if held:
+                self._whisper.release()
+                held = False
             self._repeat_stop()
             self._emit(Heard(text))
 
         try:
             return self.dialogue.voice_turn(job.audio, job.speech_end, TurnHooks(heard, hooks.reply, clause, notice),
-                                            turn_end=job.turn_end)
+                                            turn_end=job.turn_end, transcript=transcript)
         finally:
             if held:
                 self._whisper.release()

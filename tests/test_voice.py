@@ -6,6 +6,7 @@ import math
 import threading
 import time
 
+import numpy as np
 import pytest
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
@@ -377,3 +378,49 @@ def test_a_microphone_giving_only_digital_silence_is_reported_and_hears_again_at
     assert "nothing but digital silence" in lost.message and "muted" in lost.message
     assert restored.kind == "input" and "hears sound again" in restored.message
     assert "weather" in heard.text.lower()
+
+
+class RecordingTranscriber:
+    """The Transcriber, recording which thread asked for each transcription and of how many samples."""
+
+    def __init__(self, transcriber):
+        self._transcriber, self.calls = transcriber, []
+
+    def transcribe(self, audio):
+        self.calls.append((threading.current_thread().name, len(audio)))
+        return self._transcriber.transcribe(audio)
+
+    def __getattr__(self, name):
+        return getattr(self._transcriber, name)
+
+
+def test_a_turn_is_transcribed_while_its_silence_runs_out_so_its_text_is_ready_when_it_ends(parts, user_mic, speak):
+    """Hands-free, the turn's audio is complete once the tail after the voice is in: the loop transcribes it
+    then, on its early-transcription thread, and the turn ending silence_ms later takes that text; the
+    turn worker transcribes nothing."""
+    dialogue, mic = parts
+    dialogue.transcriber = recording = RecordingTranscriber(dialogue.transcriber)
+    loop, events = run_loop(dialogue, mic)
+    with loop:
+        user_mic(speak(QUESTION))
+        heard = events.wait_for(Heard)
+    assert "weather" in heard.text.lower()
+    assert [thread for thread, _ in recording.calls] == ["parley-early-stt"]
+
+
+def test_a_voice_resumed_within_the_silence_window_makes_the_early_text_stale_and_the_turn_holds_both_parts(
+        parts, user_mic, speak):
+    """A pause longer than the tail but shorter than silence_ms between two sentences: the early transcript
+    of the first is dropped, and the turn's text is that of both."""
+    dialogue, mic = parts
+    dialogue.transcriber = recording = RecordingTranscriber(dialogue.transcriber)
+    loop, events = run_loop(dialogue, mic)
+    with loop:
+        # espeak ends a sentence with 0.39 s of silence: more than tail_ms and a block, less than VAD.silence_ms
+        user_mic(np.concatenate([speak("Tell me about the weather."), speak("And what is on the news tonight.")]))
+        heard = events.wait_for(Heard)
+        finished = events.wait_for(TurnFinished)
+    assert "weather" in heard.text.lower() and "what is on" in heard.text.lower(), heard.text
+    assert finished.result.user_text == heard.text and len(events.of(Heard)) == 1
+    lengths = [n for _, n in recording.calls]
+    assert len(lengths) >= 2 and lengths[-1] > lengths[0]  # the first part alone, then the whole turn

@@ -150,9 +150,9 @@ def silence_error(device: Device, silent_s: float) -> MicrophoneSilentError:
     """The MicrophoneSilentError for input `device` after silent_s seconds of nothing but exact zeros."""
     return MicrophoneSilentError(
         f"input device {describe(device)} has delivered nothing but digital silence for {silent_s:.0f} s, as no "
-        f"working microphone does: the system may deny Parley access without saying so ({_how_to_allow_recording()}), "
-        "or the input is muted (in the system's sound settings or by a switch on the device); Parley listens on "
-        "and hears again as soon as sound comes, and typing still works"
+        "working microphone does. Either the system denies Parley the microphone without saying so: "
+        f"{_how_to_allow_recording()}. Or the input is muted, in the system's sound settings or by a switch on "
+        "the device. Parley listens on and hears again as soon as sound comes; typing still works"
     )
 
 

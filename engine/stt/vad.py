@@ -225,6 +225,21 @@ class Endpointer:
         """True while a turn is being collected (hands-free: speech started; push-to-talk: pressed)."""
         return self._collecting
 
+    @property
+    def ending_sample(self) -> int | None:
+        """Hands-free: where the turn being collected ends if no more speech comes, once its audio is all in
+        (silence has begun and the tail after the last speech has been heard); else None."""
+        if self.mode is not Mode.HANDS_FREE or not self._collecting or self._silence_start is None:
+            return None
+        end = self._last_speech_end + self._tail
+        return end if self._pos >= end else None
+
+    def ending_turn(self) -> Turn | None:
+        """The turn that silence ends at ending_sample, as feed() will return it if no more speech comes
+        (the same samples): a caller may transcribe it while the silence runs out. None as ending_sample."""
+        end = self.ending_sample
+        return None if end is None else self._turn("silence", end)
+
     def feed(self, block: np.ndarray) -> list[SpeechStart | Turn]:
         """Runs one (512,) block at 16 kHz through the VAD; returns the events it completes, in order.
 
@@ -317,9 +332,11 @@ class Endpointer:
             self._silence_start = start
 
     def _finish(self, reason: str, trim_end: bool = True) -> Turn:
-        audio = np.concatenate(self._blocks) if self._blocks else np.zeros(0, np.float32)
-        begin = max(self._first_speech - self._pre_roll, self._origin)
-        end = min(self._last_speech_end + self._tail, self._pos) if trim_end else self._pos
-        turn = Turn(audio[begin - self._origin : end - self._origin].copy(), begin, end, reason)
+        turn = self._turn(reason, min(self._last_speech_end + self._tail, self._pos) if trim_end else self._pos)
         self._clear_turn()
         return turn
+
+    def _turn(self, reason: str, end: int) -> Turn:
+        audio = np.concatenate(self._blocks) if self._blocks else np.zeros(0, np.float32)
+        begin = max(self._first_speech - self._pre_roll, self._origin)
+        return Turn(audio[begin - self._origin : end - self._origin].copy(), begin, end, reason)

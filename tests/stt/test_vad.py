@@ -97,6 +97,26 @@ def test_a_pause_shorter_than_silence_ms_keeps_the_turn_open(voiced, vad):
     assert turn is not None and turn.reason == "flushed" and not endpointer.in_turn
 
 
+def test_the_ending_turn_is_known_before_the_silence_runs_out_and_is_the_turn_that_comes(voiced, vad):
+    """ending_turn(): None while the voice goes on; once the tail after it is in, the very Turn (same samples)
+    that silence_ms later ends it, well before that; and it moves when the voice resumes after a pause."""
+    speech = voiced(SENTENCE)
+    audio = np.concatenate([silence(0.5), speech, silence(0.4), speech, silence(2.0)])
+    endpointer = Endpointer(VadOptions(silence_ms=700), vad=vad)
+    ending, turns = [], []
+    for i, block in enumerate(split_blocks(audio)):
+        turns += [(i, e) for e in endpointer.feed(block) if isinstance(e, Turn)]
+        early = endpointer.ending_turn()
+        if early is not None and (not ending or ending[-1][1].end_sample != early.end_sample):
+            ending.append((i, early))
+    ((at, turn),) = turns
+    (_, first), (last_at, last) = ending[0], ending[-1]
+    assert first.end_sample < len(silence(0.5)) + len(speech) + len(silence(0.4))  # the pause's, superseded
+    assert (last.start_sample, last.end_sample, last.reason) == (turn.start_sample, turn.end_sample, turn.reason)
+    np.testing.assert_array_equal(last.audio, turn.audio)
+    assert (at - last_at) * BLOCK_SAMPLES >= (700 - VadOptions().tail_ms - 100) * SAMPLE_RATE_HZ // 1000
+
+
 def test_two_utterances_separated_by_a_long_pause_give_two_turns(voiced, vad):
     """Two sentences 1.5 s apart are two turns; espeak's short pause between sentences splits nothing."""
     first = voiced(f"{SENTENCE} Thank you.")  # two sentences, one short pause inside
