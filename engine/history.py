@@ -161,6 +161,8 @@ class HistoryStore:
         """The open connection, opening the file first if it is not yet (raises HistoryError if it cannot)."""
         with self._lock:
             if self._db is None:
+                if self._closed:  # never opened, then closed: a late call must not open the file now
+                    raise HistoryError(f"{self.path}: this history store is closed")
                 try:
                     self._db = self._open()
                     self.open_error = None

@@ -310,3 +310,11 @@ def test_a_store_opened_later_says_why_it_cannot_open_yet_and_opens_at_its_first
         store.close()
     with HistoryStore(path) as again:
         assert [t.text for t in again.open_conversation(cid).turns] == ["Saved once it was free."]
+    locker = sqlite3.connect(path, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    never_opened = HistoryStore(path, timeout_s=0.2, open_later=True)
+    never_opened.close()
+    locker.execute("ROLLBACK")
+    locker.close()
+    with pytest.raises(HistoryError, match="closed"):  # closed before it could open: it does not open later
+        never_opened.list_conversations()
