@@ -76,9 +76,6 @@ class _Engine:
         self.config = config
         self.history = self.chat = self.tts = self.transcriber = self.player = self.microphone = None
         self.dialogue = self.loop = None
-        # turns a closed Dialogue could not make their conversation for (the history could not be written):
-        # the next Dialogue of a new conversation takes them over
-        self.unsaved: list = []
         self.metrics = None  # one MetricsRecorder for the engine's life: p50/p95 span rebuilt loops
         self.device = "cpu"
         self.unsubscribe: list = []
@@ -89,15 +86,14 @@ class _Engine:
         self.unsubscribe = []
         if self.loop is not None:
             self.loop.close()
-        if self.dialogue is not None and self.dialogue.unsaved:
-            self.unsaved = self.dialogue.unsaved
         self.loop = self.dialogue = None
 
     def close(self) -> None:
+        dialogue = self.dialogue
         self.close_loop()
-        if self.unsaved:
+        if dialogue is not None and dialogue.unsaved:
             log.warning("%d turns could not be saved before Parley closed: the history file %s could not be "
-                        "written", len(self.unsaved), self.history.path)
+                        "written", len(dialogue.unsaved), self.history.path)
         for part in (self.microphone, self.player, self.history):
             if part is not None:
                 try:
@@ -189,17 +185,19 @@ class EngineWorker(QObject):
 
         engine.chat.system_prompt = config.system_prompt or DEFAULT_SYSTEM_PROMPT
         old, engine.config = engine.config, config
-        conversation_id = engine.dialogue.conversation_id
+        # the conversation goes on in a new Dialogue, with the turns still waiting to be saved
+        earlier = engine.dialogue
+        conversation_id = earlier.conversation_id
         try:
             # the loop makes its echo canceller when it starts, so echo_cancellation needs a new loop too
             voice = ("speaker", "language", "style", "silence_ms", "echo_cancellation", "tts_seed")
             if any(getattr(old, name) != getattr(config, name) for name in voice):
-                self._rebuild_loop(engine, conversation_id)
+                self._rebuild_loop(engine, conversation_id, carry_from=earlier)
             elif old.listen_mode != config.listen_mode:
                 engine.loop.set_mode(config.listen_mode)
         except Exception as e:  # e.g. a language the model lacks: the old voice stays
             engine.config = old
-            self._rebuild_loop(engine, conversation_id)
+            self._rebuild_loop(engine, conversation_id, carry_from=earlier)
             self.notice.emit(problem_for(e, "applying the settings"))
         self.ready.emit(self._info())
 
@@ -276,9 +274,10 @@ class EngineWorker(QObject):
         self._rebuild_loop(engine, None)
         self._advance()
 
-    def _rebuild_loop(self, engine: _Engine, conversation_id: int | None, dialogue=None) -> None:
+    def _rebuild_loop(self, engine: _Engine, conversation_id: int | None, dialogue=None, carry_from=None) -> None:
         """A new VoiceLoop over the loaded models, and a new Dialogue saving to `conversation_id` unless
-        `dialogue` is one to go on with."""
+        `dialogue` is one to go on with; the new one takes over the turns the Dialogue `carry_from` could
+        not save yet (read once its loop is closed, so a turn that was ending is among them)."""
         from engine.stt.vad import VadOptions
         from engine.voice import VoiceLoop, VoiceOptions
 
@@ -286,7 +285,8 @@ class EngineWorker(QObject):
         config = engine.config
         unknown = None
         if dialogue is None:
-            dialogue, unknown = self._new_dialogue(engine, conversation_id)
+            unsaved = carry_from.unsaved if carry_from is not None else ()
+            dialogue, unknown = self._new_dialogue(engine, conversation_id, unsaved)
         engine.dialogue = dialogue
         # partials: the window shows the live transcript while the user speaks (a Whisper run per
         # 0.8 s of new speech, skipped while a turn is being transcribed)
@@ -303,7 +303,7 @@ class EngineWorker(QObject):
             self.notice.emit(unknown)
 
     @staticmethod
-    def _new_dialogue(engine: _Engine, conversation_id: int | None):
+    def _new_dialogue(engine: _Engine, conversation_id: int | None, unsaved):
         """(Dialogue in the settings' voice, saving to conversation_id; the Problem to show if the stored
         speaker is not one of the model's, else None)."""
         from engine.pipeline import Dialogue, DialogueOptions
@@ -324,11 +324,6 @@ class EngineWorker(QObject):
             style = config.style or (DEFAULT_VOICE_DESCRIPTION if style_kind == "description" else None)
         options = DialogueOptions(speaker=speaker, language=config.language or "auto",
                                   tts_seed=config.tts_seed, style=style)
-        unsaved, engine.unsaved = engine.unsaved, []
-        if unsaved and conversation_id is not None:  # a saved conversation reopened: theirs was never made
-            log.warning("%d turns said while the history could not be written are not saved: another "
-                        "conversation was opened before it could be", len(unsaved))
-            unsaved = []
         dialogue = Dialogue(engine.chat, tts, engine.player, engine.history, engine.transcriber, options=options,
                             metrics=engine.metrics, conversation_id=conversation_id, unsaved=unsaved)
         return dialogue, unknown
@@ -399,23 +394,29 @@ class EngineWorker(QObject):
     def open_conversation(self, conversation_id: int) -> None:
         """Carry on a saved conversation: the LLM sees its turns, new turns are saved to it."""
         engine = self._engine
+        earlier, carry_from = engine.dialogue, None
         try:
             conversation = engine.history.open_conversation(conversation_id)
             engine.close_loop()  # no turn runs while the LLM's history is replaced
             engine.chat.history = conversation.messages()
+            if earlier is not None and earlier.unsaved:  # their conversation was never made
+                log.warning("%d turns said while the history could not be written are not saved: another "
+                            "conversation was opened before it could be", len(earlier.unsaved))
         except Exception as e:
             self.notice.emit(problem_for(e, "reopening the conversation"))
-            conversation_id = engine.dialogue.conversation_id if engine.dialogue else None
-        self._rebuild_loop(engine, conversation_id)
+            carry_from = engine.dialogue  # the conversation goes on, unless its loop was closed already
+            conversation_id = carry_from.conversation_id if carry_from else None
+        self._rebuild_loop(engine, conversation_id, carry_from=carry_from)
         self.ready.emit(self._info())
 
     @Slot()
     def new_conversation(self) -> None:
         """Start afresh: the LLM forgets, the next turn opens a new saved conversation."""
         engine = self._engine
+        earlier = engine.dialogue  # its turns still waiting for a conversation open the new one: not lost
         engine.close_loop()
         engine.chat.clear_history()
-        self._rebuild_loop(engine, None)
+        self._rebuild_loop(engine, None, carry_from=earlier)
         self.ready.emit(self._info())
 
     @Slot(int)

@@ -302,6 +302,27 @@ def test_turns_waiting_for_a_locked_history_survive_a_delete_that_fails(engine, 
             "Waiting for the file.", "Saved with it."]
 
 
+def test_turns_waiting_for_a_locked_history_are_erased_by_a_delete_that_works(engine, qtbot, base_config):
+    """Turns waiting in memory for the file to make their conversation are history too: deleting all history
+    once the file is free erases them with the rest, and only the turn after it is saved."""
+    from engine.history import HistoryStore
+    from tests.test_history_faults import locked
+
+    worker, requests, _, _ = engine
+    path = base_config.history_file
+    ready = collect(worker.ready)
+    assert emitted(qtbot, worker.history_deleted, requests.forget, path) == (None,)
+    qtbot.waitUntil(lambda: len(ready) == 1, timeout=TURN_S * 1000)
+    with locked(path):
+        emitted(qtbot, worker.turn_finished, requests.speak, "Waiting for the file.")
+    assert emitted(qtbot, worker.history_deleted, requests.forget, path) == (None,)
+    qtbot.waitUntil(lambda: len(ready) == 2, timeout=TURN_S * 1000)
+    emitted(qtbot, worker.turn_finished, requests.speak, "Said after deleting.")
+    with HistoryStore(path) as store:
+        (conversation,) = store.list_conversations()
+        assert [t.text for t in store.open_conversation(conversation.id).turns] == ["Said after deleting."]
+
+
 def test_a_locked_history_is_a_notice_and_the_turn_is_saved_once_it_is_free(engine, qtbot, base_config):
     """Another program holding the history file while a turn ends: notice() carries the HistoryError (the bar,
     not a dialog), the turn still finishes, and it is written with the next turn once the file is free."""
