@@ -178,8 +178,9 @@ def write_tokenizer_files(folder: str | os.PathLike, size: Literal["full", "tiny
 
 def _qwen_vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
     """Qwen's BPE as Qwen2Tokenizer files: vocab in rank order and the merge that makes each token."""
-    # imported here, not at the top: transformers takes seconds to import
-    from transformers.models.qwen2.tokenization_qwen2 import bytes_to_unicode
+    # imported here, not at the top: transformers takes seconds to import. From the converter module, which
+    # keeps it in 5.x too (the GPU machine's); Qwen2's tokenizer module no longer does there.
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     ranks = _read_qwen_ranks()
     byte_chars = bytes_to_unicode()  # the byte <-> character map Qwen2Tokenizer reads vocab.json with
