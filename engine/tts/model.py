@@ -259,10 +259,14 @@ class Qwen3TTS(nn.Module):
         self.talker = Talker(cfg)
         # set by engine.tts.megakernel.attach: whole frames (sample_frame + advance) in one CUDA launch each
         self.frame_kernel = None
+        # set by engine.tts.prefill.attach_graphs: begin() pads the prompt to a fixed length and replays a CUDA graph
+        self.padded_prefill = None
 
     @torch.inference_mode()
     def begin(self, prompt: torch.Tensor, max_frames: int) -> FrameState:
         """Prefill the talker with the prompt's input vectors (T, hidden); room for max_frames more."""
+        if self.padded_prefill is not None and self.padded_prefill.fits(prompt):
+            return self.padded_prefill.begin(prompt, max_frames)
         talker = self.talker
         cache = talker.model.new_cache(prompt.shape[0] + max_frames, prompt)
         hidden = talker.model(prompt, cache)[-1]
