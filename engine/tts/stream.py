@@ -26,6 +26,7 @@ from engine.tts.checkpoint import load_weights
 from engine.tts.codec import load_codec
 from engine.tts.config import TTSConfig, read_json
 from engine.tts.model import Qwen3TTS
+from engine.tts.prefill import attach_graphs
 from engine.tts.prompt import PromptBuilder, Voice, clean_text, load_tokenizer, split_text
 from engine.tts.sampling import Sampler, SamplingOptions, new_seed
 
@@ -321,6 +322,8 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
             if megakernel:
                 raise
             log.warning("%s; using the PyTorch engine", e)
+    if device.type == "cuda":  # the talker's prefill: one CUDA graph per padded prompt length, all captured now
+        attach_graphs(model)
     prompts = PromptBuilder(config, load_tokenizer(folder), model.talker)
     codec = load_codec(folder / "speech_tokenizer", device=device, dtype=dtype)
     # codebook-0 codes are the talker's ids below its 1024 specials; codes 1..15 are predictor ids
