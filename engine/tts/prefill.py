@@ -103,6 +103,11 @@ class PrefillGraphs(PaddedPrefill):
         self._pool = torch.cuda.graph_pool_handle()
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
 
+    @property
+    def captured(self) -> list[int]:
+        """The buckets whose graphs exist, smallest first."""
+        return sorted(self._graphs)
+
     @torch.inference_mode()
     def warm_up(self, max_rows: int | None = None) -> None:
         """Capture every bucket up to `max_rows` rows (None: all) now, instead of on its first prompt."""

@@ -145,16 +145,18 @@ def _cosine(a, b):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype,megakernel", [("float32", False), ("bfloat16", True), ("bfloat16", False)])
 @pytest.mark.parametrize("which", ["tiny", "tiny17"])
-def test_graph_prefill_equals_the_eager_prefill(tiny_checkpoint, tiny17_checkpoint, exact_float32, dtype, which):
+def test_graph_prefill_equals_the_eager_prefill(tiny_checkpoint, tiny17_checkpoint, exact_float32, dtype, megakernel,
+                                                which):
     """load_tts on CUDA captures every bucket at load; replays equal the eager prefill (float32 to 1e-4,
     bfloat16 to cosine 0.999) over lengths in every bucket and one past the largest, two utterances in a
-    row, with the megakernel attached (bfloat16) and without (float32)."""
-    tts = load_tts({"tiny": tiny_checkpoint, "tiny17": tiny17_checkpoint}[which], device="cuda", dtype=dtype)
+    row, with the megakernel attached and without."""
+    checkpoint = {"tiny": tiny_checkpoint, "tiny17": tiny17_checkpoint}[which]
+    tts = load_tts(checkpoint, device="cuda", dtype=dtype, megakernel=megakernel)
     graphs = tts.model.padded_prefill
-    assert isinstance(graphs, PrefillGraphs) and sorted(graphs._graphs) == list(BUCKETS)
-    assert (tts.model.frame_kernel is not None) == (dtype == "bfloat16")
+    assert isinstance(graphs, PrefillGraphs) and graphs.captured == list(BUCKETS)
+    assert (tts.model.frame_kernel is not None) == megakernel
 
     def check(got, expected, what):
         assert torch.isfinite(got).all(), f"T={T} {what}"
@@ -181,4 +183,4 @@ def test_graph_prefill_then_greedy_frames_equal_eager_on_cuda(tiny17_checkpoint,
         states = [tts.model.begin(prompt, 6), _plain(tts.model, prompt, 6)]
         got, expected = (_greedy_codes(tts.model, state, tts, 6) for state in states)
         torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=lambda m: f"T={T}: {m}")
-    assert sorted(tts.model.padded_prefill._graphs) == [32, 128]
+    assert tts.model.padded_prefill.captured == [32, 128]
