@@ -2,19 +2,22 @@
 
 Weights and sizes come from a checkpoint's `speech_tokenizer/` folder (config.json, model.safetensors);
 the math follows the official `qwen_tts` Qwen3TTSTokenizerV2Decoder and equals it on the same weights.
-Every stage is causal, so the decoder also runs as a stream: each module's `forward(x, carry)` takes
-an optional `carry` dict in which it keeps what the next call needs (conv input tails, transposed-conv
-overlaps, attention keys/values, the RoPE position). Without a carry it is the official full forward;
-with one, decoding frame by frame (or in any chunks) equals a full decode to float rounding, and each
-frame costs one frame of work.
+Every stage is causal, so the decoder also runs as a stream: each module's `forward(x, state)` takes
+an optional StreamState holding what it carries between calls (conv input tails, transposed-conv
+overlaps, attention keys/values, the frame position) in fixed-size tensors that it updates in place.
+Without a state it is the official full forward; with one, decoding frame by frame (or in any chunks)
+equals a full decode to float rounding, and each frame costs one frame of work. Fixed shapes and
+addresses make a stream call on CUDA one captured graph per chunk length (ChunkGraphs), replayed
+instead of the hundreds of small launches it takes eagerly.
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -26,10 +29,7 @@ from engine.tts.checkpoint import load_weights
 from engine.tts.config import read_json
 from engine.tts.model import RMSNorm, rotate_half
 
-__all__ = ["CodecConfig", "CodecDecoder", "CodecStream", "load_codec"]
-
-# What a stream carries between calls, keyed by the module that owns each entry.
-Carry = dict[nn.Module, Any]
+__all__ = ["CodecConfig", "CodecDecoder", "CodecStream", "StreamState", "load_codec"]
 
 # Architecture constants of the official decoder (hard-coded in qwen_tts, not in config.json).
 _SEMANTIC_QUANTIZERS = 1  # SplitResidualVectorQuantizer(n_q_semantic=1): codebook 0, then the rest
@@ -259,18 +259,20 @@ class CausalConv(nn.Module):
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
         self.context = (kernel_size - 1) * dilation
 
-    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
-        """(B, C, T) -> (B, out_channels, T)."""
+    def state_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """A stream keeps the last `context` input samples: (1, in_channels, context)."""
+        return ((1, self.conv.in_channels, self.context),) if self.context else ()
+
+    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+        """(B, C, T) -> (B, out_channels, T); B = 1 with a state."""
         if not self.context:
             return self.conv(x)
-        if carry is None:
+        if state is None:
             x = F.pad(x, (self.context, 0))  # the official left padding
         else:
-            past = carry.get(self)
-            if past is None:  # a fresh stream sees the same zeros the full decode pads with
-                past = x.new_zeros(x.shape[0], x.shape[1], self.context)
-            x = torch.cat([past, x], dim=-1)
-            carry[self] = x[..., x.shape[-1] - self.context :]
+            (past,) = state[self]  # (1, C, context); a fresh stream's zeros are the full decode's padding
+            x = torch.cat([past, x], dim=-1)  # (1, C, context + T)
+            past.copy_(x[..., x.shape[-1] - self.context :])
         return self.conv(x)
 
 
@@ -286,16 +288,20 @@ class CausalTransposedConv(nn.Module):
         super().__init__()
         self.conv = nn.ConvTranspose1d(in_channels, out_channels, kernel_size, stride=stride)
         self.stride = stride
+        self.overlap = kernel_size - stride  # output samples that reach into the next call's
 
-    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
-        """(B, C, T) -> (B, out_channels, T * stride)."""
-        y = self.conv(x)  # (B, out, T * stride + kernel - stride)
+    def state_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """A stream keeps the overlap, bias excluded: (1, out_channels, kernel - stride)."""
+        return ((1, self.conv.out_channels, self.overlap),) if self.overlap else ()
+
+    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+        """(B, C, T) -> (B, out_channels, T * stride); B = 1 with a state."""
+        y = self.conv(x)  # (B, out, T * stride + overlap)
         length = x.shape[-1] * self.stride
-        if carry is not None:
-            overlap = carry.get(self)
-            if overlap is not None:
-                y[..., : overlap.shape[-1]] += overlap
-            carry[self] = y[..., length:] - self.conv.bias[:, None]
+        if state is not None and self.overlap:
+            (overlap,) = state[self]  # (1, out, overlap); zeros at a stream's start, and adding zeros changes nothing
+            y[..., : self.overlap] += overlap
+            overlap.copy_(y[..., length:] - self.conv.bias[:, None])
         return y[..., :length]
 
 
@@ -307,7 +313,7 @@ class SnakeBeta(nn.Module):
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
 
-    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
         alpha = self.alpha.exp()[None, :, None]
         beta = self.beta.exp()[None, :, None]
         return x + (1.0 / (beta + 1e-9)) * torch.sin(x * alpha).pow(2)
@@ -324,8 +330,8 @@ class ConvNeXtBlock(nn.Module):
         self.pwconv2 = nn.Linear(_CONVNEXT_EXPANSION * dim, dim)
         self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
 
-    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
-        h = self.dwconv(x, carry).transpose(1, 2)  # (B, T, dim)
+    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+        h = self.dwconv(x, state).transpose(1, 2)  # (B, T, dim)
         h = self.pwconv2(F.gelu(self.pwconv1(self.norm(h))))
         return x + (self.gamma * h).transpose(1, 2)
 
@@ -340,9 +346,9 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv(dim, dim, 1)
 
-    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
-        h = self.conv1(self.act1(x), carry)
-        return x + self.conv2(self.act2(h), carry)
+    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+        h = self.conv1(self.act1(x), state)
+        return x + self.conv2(self.act2(h), state)
 
 
 class DecoderBlock(nn.Module):
@@ -353,9 +359,9 @@ class DecoderBlock(nn.Module):
         units = [ResidualUnit(out_dim, dilation) for dilation in _RESIDUAL_DILATIONS]
         self.block = nn.ModuleList([SnakeBeta(in_dim), CausalTransposedConv(in_dim, out_dim, 2 * rate, rate), *units])
 
-    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
         for module in self.block:
-            x = module(x, carry)
+            x = module(x, state)
         return x
 
 
@@ -385,22 +391,28 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, kv_heads * head_dim, bias=bias)
         self.o_proj = nn.Linear(heads * head_dim, config.hidden_size, bias=bias)
         self.head_dim = head_dim
+        self.kv_heads = kv_heads
         self.groups = heads // kv_heads
         self.kept = config.sliding_window - 1
 
-    def forward(self, x, cos, sin, mask, carry: Carry | None = None) -> torch.Tensor:
-        """x (B, T, hidden); cos, sin (T, head_dim); mask (T, past + T) bool, True = may attend."""
+    def state_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """A stream keeps the last sliding_window - 1 keys and values: (1, kv_heads, window - 1, head_dim) each."""
+        shape = (1, self.kv_heads, self.kept, self.head_dim)
+        return shape, shape
+
+    def forward(self, x, cos, sin, mask, state: StreamState | None = None) -> torch.Tensor:
+        """x (B, T, hidden); cos, sin (T, head_dim); mask (T, keys) bool, True = may attend, where the
+        keys are the T frames alone, or with a state its window - 1 kept frames and then the T (B = 1)."""
         B, T, _ = x.shape  # batch, new frames
         q = self.q_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = self.k_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, KV, T, D)
         v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        if carry is not None:
-            past = carry.get(self)
-            if past is not None:
-                k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-            start = k.shape[2] - min(self.kept, k.shape[2])
-            carry[self] = (k[:, :, start:], v[:, :, start:])
+        if state is not None:
+            keys, values = state[self]  # (1, KV, window - 1, D) each, oldest first
+            k, v = torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2)  # (1, KV, window - 1 + T, D)
+            keys.copy_(k[:, :, T:])
+            values.copy_(v[:, :, T:])
         if self.groups > 1:
             k, v = k.repeat_interleave(self.groups, dim=1), v.repeat_interleave(self.groups, dim=1)
         with sdpa_kernel(_ATTENTION_BACKENDS):
@@ -433,8 +445,8 @@ class TransformerLayer(nn.Module):
         self.self_attn_layer_scale = LayerScale(config.hidden_size, config.layer_scale_initial_scale)
         self.mlp_layer_scale = LayerScale(config.hidden_size, config.layer_scale_initial_scale)
 
-    def forward(self, x, cos, sin, mask, carry: Carry | None = None) -> torch.Tensor:
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, carry))
+    def forward(self, x, cos, sin, mask, state: StreamState | None = None) -> torch.Tensor:
+        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, state))
         return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
 
 
@@ -451,20 +463,22 @@ class Transformer(nn.Module):
         self.head_dim = config.head_dim
         self.rope_theta = config.rope_theta
 
-    def forward(self, x: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
-        """(B, T, latent_dim) -> (B, T, latent_dim); a stream carries the next frame's position."""
+    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+        """(B, T, latent_dim) -> (B, T, latent_dim); a stream starts at state.position and advances it by T."""
         T = x.shape[1]  # new frames
-        start = 0 if carry is None else carry.get(self, 0)
-        past = min(start, self.window - 1)  # frames each layer has kept from earlier calls
-        queries = torch.arange(start, start + T, device=x.device)
-        keys = torch.arange(start - past, start + T, device=x.device)
-        mask = (keys[None, :] <= queries[:, None]) & (keys[None, :] > queries[:, None] - self.window)
+        queries = keys = torch.arange(T, device=x.device)  # (T,) positions: a full decode's frames see each other
+        if state is not None:  # on the device, so that a CUDA graph replays at every position
+            keys = torch.arange(1 - self.window, T, device=x.device) + state.position  # (window - 1 + T,): kept, new
+            queries = queries + state.position
+        # a query sees itself and the window - 1 frames before it; the slots a stream has kept from before
+        # its frame 0 hold zeros, not frames, and are masked out
+        mask = (keys[None, :] <= queries[:, None]) & (keys[None, :] > queries[:, None] - self.window) & (keys >= 0)
         cos, sin = self._rope(queries, x.dtype)
         h = self.input_proj(x)
         for layer in self.layers:
-            h = layer(h, cos, sin, mask, carry)
-        if carry is not None:
-            carry[self] = start + T
+            h = layer(h, cos, sin, mask, state)
+        if state is not None:
+            state.position.add_(T)
         return self.output_proj(self.norm(h))
 
     def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -480,7 +494,10 @@ class Transformer(nn.Module):
 
 
 class CodecDecoder(nn.Module):
-    """Codes -> waveform. Attribute names are the official `decoder.*` state-dict keys without the prefix."""
+    """Codes -> waveform. Attribute names are the official `decoder.*` state-dict keys without the prefix.
+
+    Its streams share one StreamState (and on CUDA its ChunkGraphs, which replay on it): see stream().
+    """
 
     def __init__(self, config: CodecConfig):
         super().__init__()
@@ -503,27 +520,38 @@ class CodecDecoder(nn.Module):
                 CausalConv(dims[-1], 1, _DECODER_KERNEL),
             ]
         )
+        # Streaming, made on first use: the state the newest stream decodes on, that stream (weakly), and
+        # on CUDA the graphs captured on that state. The state is never reallocated: the graphs hold its addresses.
+        self._state: StreamState | None = None
+        self._owner: weakref.ref[CodecStream] | None = None
+        self._graphs: ChunkGraphs | None = None
 
-    def forward(self, codes: torch.Tensor, carry: Carry | None = None) -> torch.Tensor:
+    def forward(self, codes: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
         """(frames, num_quantizers) int64 -> (frames * frame_samples,) float32 in [-1, 1].
 
-        Without a carry this is the official forward; with one it continues the stream the carry holds.
+        Without a state this is the official forward; with one it continues the stream the state holds,
+        updating the state in place (nothing else is allocated outside the call or read from the host,
+        so a CUDA graph can capture it).
         """
+        self.check_codes(codes)
+        codes = codes.to(self.pre_conv.conv.weight.device).T[None]  # (1, Q, frames)
+        x = self.pre_conv(self.quantizer(codes), state)  # (1, latent, frames)
+        x = self.pre_transformer(x.transpose(1, 2), state).transpose(1, 2)
+        for stage in self.upsample:
+            for module in stage:
+                x = module(x, state)
+        for module in self.decoder:
+            x = module(x, state)
+        return x.clamp(min=-1, max=1)[0, 0].float()
+
+    def check_codes(self, codes: torch.Tensor) -> None:
+        """Raises ValueError unless codes is an integer tensor of shape (frames >= 1, num_quantizers)."""
         Q = self.config.num_quantizers
         if codes.dim() != 2 or codes.shape[0] < 1 or codes.shape[1] != Q or codes.is_floating_point():
             raise ValueError(
                 f"codes must be an integer tensor of shape (frames >= 1, {Q}), "
                 f"got {codes.dtype} of shape {tuple(codes.shape)}"
             )
-        codes = codes.to(self.pre_conv.conv.weight.device).T[None]  # (1, Q, frames)
-        x = self.pre_conv(self.quantizer(codes), carry)  # (1, latent, frames)
-        x = self.pre_transformer(x.transpose(1, 2), carry).transpose(1, 2)
-        for stage in self.upsample:
-            for module in stage:
-                x = module(x, carry)
-        for module in self.decoder:
-            x = module(x, carry)
-        return x.clamp(min=-1, max=1)[0, 0].float()
 
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
@@ -542,22 +570,116 @@ class CodecDecoder(nn.Module):
         """
         return self(codes)
 
-    def stream(self) -> CodecStream:
-        """A stateful decoder over this one's weights, for frames that arrive a few at a time."""
-        return CodecStream(self)
+    def stream(self, eager: bool = False) -> CodecStream:
+        """A stateful decoder over this one's weights, for frames that arrive a few at a time.
+
+        The decoder keeps one StreamState for its streams; a new stream resets it in place and decodes
+        on it, on CUDA by replaying the decoder's graphs (one per chunk length, captured on the length's
+        first use or by warm_up). Use one stream at a time, from one thread, as TTSEngine does. An older
+        stream that is still used after a newer one started is not corrupted: the newer one first gives
+        it a private copy of its state, on which it goes on decoding, exactly but eagerly.
+
+        Args:
+            eager: run op by op even on CUDA: the same code without graphs, the reference they are
+                checked against. On the CPU every stream runs eagerly.
+        """
+        return CodecStream(self, eager)
+
+    @torch.inference_mode()
+    def warm_up(self, chunk_frames: Iterable[int]) -> None:
+        """On CUDA, capture the stream graphs for chunks of these many frames now, not on first use.
+
+        A capture (a few eager runs, then the capture) takes milliseconds to tens of milliseconds; it
+        changes neither a live stream's state nor its output. On the CPU there is nothing to capture.
+
+        Raises:
+            ValueError: a chunk length below 1.
+        """
+        lengths = list(chunk_frames)
+        if any(frames < 1 for frames in lengths):
+            raise ValueError(f"chunk lengths must be >= 1 frame, got {lengths}")
+        self._shared_state()
+        if self._graphs is not None:
+            for frames in lengths:
+                self._graphs.graph(frames)
+
+    @property
+    def captured_chunks(self) -> list[int]:
+        """The chunk lengths (frames per call) whose stream graphs exist, smallest first; [] on the CPU."""
+        return self._graphs.captured if self._graphs is not None else []
+
+    @torch.inference_mode()
+    def _claim(self, stream: CodecStream) -> StreamState:
+        """The shared state, reset for `stream`; the stream that held it, if still alive, keeps a copy."""
+        owner = self._owner() if self._owner is not None else None
+        if owner is not None:
+            owner._detach()
+        state = self._shared_state()
+        state.reset()
+        self._owner = weakref.ref(stream)
+        return state
+
+    def _shared_state(self) -> StreamState:
+        if self._state is None:
+            self._state = StreamState(self)
+            if self._state.values.is_cuda:
+                self._graphs = ChunkGraphs(self, self._state)
+        return self._state
+
+
+class StreamState:
+    """What a stream carries from one call to the next, in tensors of fixed size at fixed addresses.
+
+    Each causal conv keeps its last `context` input samples, each transposed conv the overlap that the
+    next frames add to, each attention layer its last sliding_window - 1 keys and values (oldest first),
+    all in the decoder's dtype; `position` is the number of frames decoded, on the device. The modules
+    update their tensors in place (copy_, add_), so a CUDA graph captured on a state replays on it. A
+    fresh state is zeros: the zeros a full decode pads its convs with, no overlap yet, and key slots from
+    before frame 0, which attention masks out. All but the position are views of one flat buffer, so
+    reset() and copy_() are one op each.
+    """
+
+    def __init__(self, decoder: CodecDecoder):
+        weight = decoder.pre_conv.conv.weight
+        shapes = {m: m.state_shapes() for m in decoder.modules() if hasattr(m, "state_shapes")}
+        total = sum(math.prod(shape) for each in shapes.values() for shape in each)
+        self.values = torch.zeros(total, dtype=weight.dtype, device=weight.device)  # (total,)
+        self.position = torch.zeros((), dtype=torch.int64, device=weight.device)  # () frames decoded
+        self._views: dict[nn.Module, tuple[torch.Tensor, ...]] = {}
+        offset = 0
+        for module, each in shapes.items():
+            views = []
+            for shape in each:
+                views.append(self.values[offset : offset + math.prod(shape)].view(shape))
+                offset += math.prod(shape)
+            self._views[module] = tuple(views)
+
+    def __getitem__(self, module: nn.Module) -> tuple[torch.Tensor, ...]:
+        """The tensors `module` keeps, in the order of its state_shapes()."""
+        return self._views[module]
+
+    def reset(self) -> None:
+        """Back to a fresh stream's state, in place."""
+        self.values.zero_()
+        self.position.zero_()
+
+    def copy_(self, other: StreamState) -> None:
+        """Take `other`'s contents (a state of the same decoder), in place."""
+        self.values.copy_(other.values)
+        self.position.copy_(other.position)
 
 
 class CodecStream:
     """Decodes an utterance in pieces; the audio equals `CodecDecoder.decode` of all frames at once.
 
-    Holds the carry: each causal conv's input tail, each transposed conv's overlap, each attention
-    layer's last sliding_window - 1 keys and values, and the next RoPE position, all in the module's
-    dtype and device. One stream per utterance; not thread-safe.
+    Decodes on its decoder's StreamState, on CUDA by replaying the decoder's graphs, until a newer
+    stream of that decoder starts; from then on on a private copy of its state, eagerly. Not thread-safe.
     """
 
-    def __init__(self, decoder: CodecDecoder):
+    def __init__(self, decoder: CodecDecoder, eager: bool = False):
         self._decoder = decoder
-        self._carry: Carry = {}
+        self._state = decoder._claim(self)
+        self._graphs = None if eager else decoder._graphs  # None: eager
 
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
@@ -567,10 +689,72 @@ class CodecStream:
             codes: (n, num_quantizers) integer codes, n >= 1, following those already decoded.
         Returns:
             (n * frame_samples,) float32 samples that are final: no look-ahead, nothing re-decoded.
+            On the decoder's device, and the caller's: no later call overwrites them.
         Raises:
             ValueError: codes are not an integer tensor of that shape.
         """
-        return self._decoder(codes, self._carry)
+        self._decoder.check_codes(codes)
+        if self._graphs is not None:
+            return self._graphs.decode(codes)
+        return self._decoder(codes, self._state)
+
+    def _detach(self) -> None:
+        """A newer stream takes the shared state: go on from a private copy of it, eagerly."""
+        state = StreamState(self._decoder)
+        state.copy_(self._state)
+        self._state, self._graphs = state, None
+
+
+class ChunkGraphs:
+    """The stream call `decoder(codes, state)` as one CUDA graph per chunk length, on one StreamState.
+
+    A length's graph is captured on its first use (or by CodecDecoder.warm_up), as torch.cuda.graphs
+    documents: on a side stream, three eager runs (cuBLAS and cuDNN handles, workspaces and plans: these
+    depend on shapes, not addresses, so they run on a scratch state), then the capture on the shared
+    state, which capturing does not execute: a live stream's state is untouched. The codes go in through
+    a static tensor per length. All lengths share one memory pool (only one replays at a time), so each
+    replay's output is cloned before the next replay can overwrite it. A graph keeps the math settings
+    of its capture (TF32 or not); capture_error_mode "thread_local" lets other threads (Whisper, the
+    LLM) keep using the GPU while a capture is under way.
+    """
+
+    def __init__(self, decoder: CodecDecoder, state: StreamState):
+        self._decoder, self._state = decoder, state
+        self._device = state.values.device
+        self._stream = torch.cuda.Stream(self._device)
+        self._pool = torch.cuda.graph_pool_handle()
+        # frames -> (graph, codes (frames, Q) int64 input, pcm (frames * frame_samples,) float32 output)
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+
+    @property
+    def captured(self) -> list[int]:
+        return sorted(self._graphs)
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """The stream call on checked codes (n, Q): copy in, replay, copy out."""
+        graph, inputs, pcm = self.graph(codes.shape[0])
+        inputs.copy_(codes)
+        graph.replay()
+        return pcm.clone()
+
+    def graph(self, frames: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:
+        """The graph for chunks of `frames` frames, captured now if it does not exist yet."""
+        if frames not in self._graphs:
+            decoder = self._decoder
+            inputs = torch.zeros(frames, decoder.config.num_quantizers, dtype=torch.int64, device=self._device)
+            current = torch.cuda.current_stream(self._device)
+            self._stream.wait_stream(current)  # the zeros above are written on `current`
+            with torch.cuda.device(self._device):
+                with torch.cuda.stream(self._stream):
+                    scratch = StreamState(decoder)
+                    for _ in range(3):
+                        decoder(inputs, scratch)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self._pool, stream=self._stream, capture_error_mode="thread_local"):
+                    pcm = decoder(inputs, self._state)
+            current.wait_stream(self._stream)
+            self._graphs[frames] = graph, inputs, pcm
+        return self._graphs[frames]
 
 
 def load_codec(
