@@ -233,7 +233,8 @@ def test_bfloat16_stream_tracks_float32_decode(tiny_folder, codes, full_audio):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_float32_stream_equals_cuda_decode_and_cpu(tiny_folder, codes, full_audio):
-    """On CUDA with TF32 off (with it, cuDNN convs alone differ by ~3e-3) the stream equals full decode and CPU."""
+    """On CUDA with TF32 off (with it, cuDNN convs alone differ by ~3e-3) the stream (graphs captured with it off)
+    equals full decode and CPU."""
     decoder = load_codec(tiny_folder, device="cuda")
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         full = decoder.decode(codes)
@@ -251,6 +252,69 @@ def test_cuda_bfloat16_stream_tracks_float32_decode(tiny_folder, codes, full_aud
     streamed = stream_in_chunks(decoder, codes, [1, 3, 7, 2]).cpu()
     assert (streamed - full_audio).abs().mean() < 0.03
     assert torch.corrcoef(torch.stack([streamed, full_audio]))[0, 1] > 0.99
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+# Graph replays against the same code run op by op on the same device: the same kernels on the same shapes,
+# so equal but for an algorithm choice that differs under capture (none is expected).
+GRAPH_ATOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+
+
+@pytest.fixture(scope="module")
+def full_config(tmp_path_factory):
+    """The published codec sizes (window 72, head_dim 64, 16 heads)."""
+    path = tmp_path_factory.mktemp("full") / "config.json"
+    path.write_text(json.dumps(codec_config("full")))
+    return CodecConfig.from_file(path)
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("size", ["tiny", "full"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_cuda_graph_stream_equals_the_eager_stream(tiny_folder, full_config, codes, size, dtype):
+    """On CUDA the graph-replayed stream equals the same code run eagerly over 100 frames in chunks of 1, 2, 3, 4
+    and 7 (1 and 4 captured by warm_up, the others mid-stream), for two consecutive streams."""
+    if size == "tiny":
+        decoder = load_codec(tiny_folder, device="cuda", dtype=dtype)
+    else:
+        decoder = CodecDecoder(full_config).eval()
+        randomize_decoder(decoder, torch.Generator().manual_seed(0))
+        decoder = decoder.to(device="cuda", dtype=dtype)
+    decoder.warm_up([1, 4])
+    assert decoder.captured_chunks == [1, 4]
+    sizes = [1, 4, 4, 3, 7, 1, 2]
+    utterances = [codes, codes.flip(0)]
+    eager = [stream_in_chunks(decoder, u, sizes, eager=True) for u in utterances]
+    assert decoder.captured_chunks == [1, 4]
+    graph = [stream_in_chunks(decoder, u, sizes) for u in utterances]
+    assert decoder.captured_chunks == [1, 2, 3, 4, 7]
+    for e, g in zip(eager, graph):
+        assert g.device.type == "cuda" and torch.isfinite(g).all() and g.std() > 0.01
+        diff = (g - e).abs().max().item()
+        assert diff < GRAPH_ATOL[dtype], f"{size} {dtype}: max |graph - eager| = {diff:.3g}"
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_older_stream_goes_on_eagerly_beside_a_replaying_one(tiny_folder, codes):
+    """On CUDA a stream started mid-utterance of another replays the graphs on the shared state, while the
+    older one goes on from its private copy: each equals its own eager stream."""
+    decoder = load_codec(tiny_folder, device="cuda")
+    other = codes.flip(0)
+    expected = [stream_in_chunks(decoder, c[:30], [1], eager=True) for c in (codes, other)]
+    first = decoder.stream()
+    a = [first.decode(codes[frame : frame + 1]) for frame in range(10)]
+    second = decoder.stream()
+    b = []
+    for frame in range(10, 30):
+        a.append(first.decode(codes[frame : frame + 1]))
+        b.append(second.decode(other[frame - 10 : frame - 9]))
+    b += [second.decode(other[frame : frame + 1]) for frame in range(20, 30)]
+    assert first._graphs is None and second._graphs is not None
+    for got, want in zip((a, b), expected):
+        assert (torch.cat(got) - want).abs().max() < GRAPH_ATOL[torch.float32]
 
 
 def test_writer_is_deterministic_per_seed(tmp_path):
