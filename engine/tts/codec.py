@@ -719,7 +719,9 @@ class ChunkGraphs:
     """
 
     def __init__(self, decoder: CodecDecoder, state: StreamState):
-        self._decoder, self._state = decoder, state
+        # a proxy: the decoder holds this object, and without a reference cycle a decoder that is dropped frees
+        # its GPU memory at once, not at some later garbage collection (as when the engine moves to the CPU)
+        self._decoder, self._state = weakref.proxy(decoder), state
         self._device = state.values.device
         self._stream = torch.cuda.Stream(self._device)
         self._pool = torch.cuda.graph_pool_handle()
