@@ -39,6 +39,8 @@ FRAMES_PER_CHAR = 6
 MIN_FRAMES_CAP = 25
 # Long text is spoken in segments of at most this many characters, each its own prefill.
 SEGMENT_CHARS = 400
+# Codec frames per chunk after an utterance's first, which is one frame (TTSEngine.stream's chunk_frames).
+CHUNK_FRAMES = 4
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,7 @@ class TTSEngine:
 
     def stream(self, text: str, speaker: str | None = None, language: str | None = "auto", *,
                instruct: str | None = None, seed: int | None = None, sampling: SamplingOptions | None = None,
-               whole_text: bool | None = None, chunk_frames: int = 4) -> TTSStream:
+               whole_text: bool | None = None, chunk_frames: int = CHUNK_FRAMES) -> TTSStream:
         """Speak `text`; returns a lazy stream of Chunks.
 
         Args:
@@ -334,4 +336,6 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
             f"match config.json (code predictor vocab_size {codebook}, talker vocab_size "
             f"{config.talker.decoder.vocab_size}); the speech tokenizer belongs to another model"
         )
+    if device.type == "cuda":  # the codec's stream call: one CUDA graph per chunk length; stream()'s defaults now
+        codec.warm_up((1, CHUNK_FRAMES))
     return TTSEngine(folder, config, model, prompts, codec, sampling, max_frames)

@@ -1,4 +1,5 @@
-"""The engine on a CUDA GPU: same greedy codes as on the CPU in float32, and finite speech in bfloat16."""
+"""The engine on a CUDA GPU: same greedy codes as on the CPU in float32, finite speech in bfloat16, and the
+codec's stream graphs captured at load."""
 
 import numpy as np
 import pytest
@@ -42,3 +43,15 @@ def test_cuda_bfloat16_is_the_default_and_streams_finite_speech(short_checkpoint
     assert tts.dtype == torch.bfloat16
     pcm = tts.synthesize("Brain float.", "vivian", seed=1)
     assert pcm.shape == (6 * 1920,) and np.isfinite(pcm).all() and np.abs(pcm).max() > 0
+
+
+def test_cuda_load_captures_the_codec_graphs_and_chunks_equal_the_eager_codec(short_checkpoint):
+    """load_tts on CUDA captures the codec's graphs for the default chunks (1 and 4 frames), and the streamed
+    chunks equal the codec's eager stream of the same codes."""
+    tts = load_tts(short_checkpoint, device="cuda", megakernel=False)
+    assert tts.codec.captured_chunks == [1, 4]
+    chunks = list(tts.stream("Hello there.", "ryan", seed=1))
+    assert chunks[0].codes.shape[0] == 1
+    eager = tts.codec.stream(eager=True)
+    expected = [eager.decode(torch.from_numpy(c.codes)).cpu().numpy() for c in chunks]
+    np.testing.assert_allclose(np.concatenate([c.pcm for c in chunks]), np.concatenate(expected), atol=1e-2, rtol=0)
