@@ -589,9 +589,11 @@ class CodecDecoder(nn.Module):
     def warm_up(self, chunk_frames: Iterable[int]) -> None:
         """On CUDA, capture the stream graphs for chunks of these many frames now, not on first use.
 
-        A capture (a few eager runs, then the capture) takes milliseconds to tens of milliseconds; it
-        changes neither a live stream's state nor its output. On the CPU there is nothing to capture.
+        A capture costs about three eager stream calls and the capture itself; it changes neither a live
+        stream's state nor its output. On the CPU there is nothing to capture.
 
+        Args:
+            chunk_frames: chunk lengths (frames per stream call); those already captured are skipped.
         Raises:
             ValueError: a chunk length below 1.
         """
@@ -689,7 +691,7 @@ class CodecStream:
             codes: (n, num_quantizers) integer codes, n >= 1, following those already decoded.
         Returns:
             (n * frame_samples,) float32 samples that are final: no look-ahead, nothing re-decoded.
-            On the decoder's device, and the caller's: no later call overwrites them.
+            On the decoder's device; the caller's to keep: no later call overwrites them.
         Raises:
             ValueError: codes are not an integer tensor of that shape.
         """
