@@ -109,19 +109,28 @@ def test_a_real_out_of_memory_on_the_gpu_moves_the_stream_to_the_cpu(short_check
     tts = load_tts(short_checkpoint, device="cuda")
     assert tts.device.type == "cuda"
     filler = []
-    try:
+
+    def fill():
+        # every byte the allocator can get, in ever smaller blocks, down to its small-block pool: the codec's
+        # and the prefill's CUDA graphs replay in memory of their own, so only the stream's small tensors
+        # (its KV cache, each chunk's output) still allocate, and they must fail for real
+        torch.cuda.empty_cache()
         block = 1 << 30
-        while block >= 1 << 20:  # take every byte the allocator can get, in ever smaller blocks
+        while block >= 512:
             try:
                 filler.append(torch.empty(block, dtype=torch.uint8, device="cuda"))
             except torch.OutOfMemoryError:
                 block //= 2
+
+    try:
+        fill()
         stream = tts.stream("Hello there.", "ryan", seed=5)
         chunks = list(stream)
         assert isinstance(stream.notice, GPUUnavailableError) and tts.device == torch.device("cpu")
         codes = np.concatenate([c.codes for c in chunks])
         clean = np.concatenate([c.codes for c in short_tts.stream("Hello there.", "ryan", seed=5)])
         np.testing.assert_array_equal(codes[-len(clean):], clean)  # the restarted segment is whole
+        fill()  # again: moving to the CPU gave the GPU model's memory back
         assert load_tts(short_checkpoint, device="cuda").device == torch.device("cpu")
     finally:
         filler.clear()

@@ -140,11 +140,7 @@ class TTSEngine:
         """
         cpu = load_tts(self.folder, "cpu")
         self.__dict__.update(cpu.__dict__)
-        # a failed stream's GPU state may sit in a reference cycle (frames of its traceback): collect it
-        # so that empty_cache() returns the memory to the driver, for other programs
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        _free_gpu()
 
     def stream(self, text: str, speaker: str | None = None, language: str | None = "auto", *,
                instruct: str | None = None, seed: int | None = None, sampling: SamplingOptions | None = None,
@@ -244,6 +240,19 @@ class TTSEngine:
         return Chunk(pcm=pcm, codes=codes.cpu().numpy(), segment=segment, t_ready=time.perf_counter())
 
 
+def _free_gpu() -> None:
+    """Give the memory of a dropped GPU model back to the driver, for other programs."""
+    # a failed stream's or load's GPU state may sit in a reference cycle (frames of its traceback)
+    gc.collect()
+    if torch.cuda.is_available():
+        # cuBLAS keeps a workspace in the caching allocator for every stream it ran on, the side streams
+        # the CUDA graphs were captured on too (32 MiB each on an H200), until told to let them go
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
+        torch.cuda.empty_cache()
+
+
 def _dtype(device: torch.device, dtype) -> torch.dtype:
     if dtype is None:
         return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -288,7 +297,8 @@ def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | N
             if device.type != "cuda":
                 raise
             log.warning("the GPU has no room for the speech model (%s); using the CPU", str(e).split("\n")[0])
-        torch.cuda.empty_cache()  # outside the except clause: its traceback no longer holds the GPU tensors
+            traceback.clear_frames(e.__traceback__)  # the half-loaded model and its graphs' buffers
+        _free_gpu()  # outside the except clause: its traceback no longer holds the GPU tensors
         return _load(folder, torch.device("cpu"), torch.float32, megakernel=False)
     except ModelFilesError as e:
         # the traceback keeps every frame below alive, and with them the weights loaded before the fault
