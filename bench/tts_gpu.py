@@ -9,7 +9,8 @@ Eager runs engine/tts/model.py op by op. CUDA graphs replays the same ops captur
 at a fixed position (replayed there; a step's cost barely depends on it) and the whole predictor frame
 with greedy picks (argmax is capturable). The megakernel runs whole frames in one launch each; its
 predictor frame is a launch without the talker step, its talker step a full frame's launch minus that.
-TTFC is text handed over -> first PCM chunk in host memory (wall clock, --runs runs); RTF is wall time /
+TTFC is text handed over -> first PCM chunk in host memory (wall clock, --runs runs), also taken apart
+(prompt, prefill, first frame, codec, copy to host; each part synchronized); RTF is wall time /
 audio time over --seconds of speech (eager and megakernel; CUDA graphs is not an engine path). The floor
 is the frame's weight bytes (talker once, predictor 15 times) over the device-to-device copy bandwidth
 measured in the same run.
@@ -154,6 +155,33 @@ def stream_times(tts, runs: int, seconds: float):
     return ttfc, rtf
 
 
+def ttfc_parts(tts, runs: int):
+    """TTFC taken apart as TTSEngine.stream spends it on the megakernel engine, each part synchronized:
+    tokenize + build the prompt, prefill, the first frame's launch, the codec's first frame, the copy to host."""
+    talker = tts.config.talker
+    parts = {name: [] for name in ("prompt", "prefill", "first frame", "codec", "to host")}
+    for run in range(runs):
+        t = [time.perf_counter()]
+        inputs = tts.prompts.build(tts.prompts.text_ids(TEXT), tts.resolve_voice(tts.speakers[0]), True, tts.device)
+        torch.cuda.synchronize()
+        t.append(time.perf_counter())
+        state = tts.model.begin(inputs.prefill.to(tts.dtype), 2)
+        torch.cuda.synchronize()
+        t.append(time.perf_counter())
+        sampler = Sampler(SamplingOptions(), run, talker.decoder.vocab_size, talker.codec_eos_id, tts._suppress)
+        codes = next(tts.model.frame_kernel.run(state, sampler, inputs, 2, threading.Event()))
+        torch.cuda.synchronize()
+        t.append(time.perf_counter())
+        pcm = tts.codec.stream().decode(codes[None])
+        torch.cuda.synchronize()
+        t.append(time.perf_counter())
+        pcm.float().cpu().numpy()
+        t.append(time.perf_counter())
+        for name, a, b in zip(parts, t, t[1:]):
+            parts[name].append(1000 * (b - a))
+    return parts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", default="0.6b")
@@ -172,6 +200,8 @@ def main() -> int:
         list(zip(range(10), tts.stream(TEXT, tts.speakers[0], seed=0)))  # warm-up (and the kernel's build)
         times = kernel_times(tts, args.frames) if kernel else eager_times(tts, args.frames)
         results[name] = (*times, *stream_times(tts, args.runs, args.seconds))
+        if kernel:
+            parts = ttfc_parts(tts, max(args.runs, 5))
         if not kernel:
             results["CUDA graph"] = (*graph_times(tts, args.frames), None, None, None)
     layers = tts.model.talker.model.layers
@@ -195,6 +225,10 @@ def main() -> int:
         vs_graph = f"{np.percentile(g, 50) / k50:.1f}x" if g else "-"
         tail = f"{floor:.3f} | {k50 / floor:.1f}x" if floor else "- | -"
         print(f"| {name} | {cell(e)} | {cell(g)} | {cell(k)} | {np.percentile(e, 50) / k50:.1f}x | {vs_graph} | {tail} |")
+    print("\nTTFC taken apart (megakernel engine, each part synchronized, wall clock ms):\n")
+    print("| part | p50 | p95 |\n|---|---|---|")
+    for name, v in parts.items():
+        print(f"| {name} | {np.percentile(v, 50):.3f} | {np.percentile(v, 95):.3f} |")
     return 0
 
 
