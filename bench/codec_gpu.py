@@ -29,21 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.tts.codec import load_codec  # noqa: E402
 from engine.tts.testing import write_checkpoint  # noqa: E402
-
-
-def copy_bandwidth_gbs() -> float:
-    """Device-to-device copy of 2 GiB, bytes read + written per second (median of 20)."""
-    src = torch.empty(1 << 30, dtype=torch.bfloat16, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(25):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1000)
-    return 2 * src.numel() * src.element_size() / np.median(times[5:]) / 1e9
+from gpu_bandwidth import copy_bandwidth_gbs  # noqa: E402  (bench/, the script's folder)
 
 
 def stream_ms(decoder, codes: torch.Tensor, frames: int, eager: bool):

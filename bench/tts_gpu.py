@@ -34,24 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.tts import SamplingOptions, load_tts  # noqa: E402
 from engine.tts.sampling import Sampler  # noqa: E402
 from engine.tts.testing import write_checkpoint  # noqa: E402
+from gpu_bandwidth import copy_bandwidth_gbs  # noqa: E402  (bench/, the script's folder)
 
 TEXT = ("Parley speaks while it thinks: every eighty milliseconds of speech is one frame of sixteen codes, "
         "decoded to sound as soon as it is sampled.")
-
-
-def copy_bandwidth_gbs() -> float:
-    """Device-to-device copy of 2 GiB, bytes read + written per second (median of 20)."""
-    src = torch.empty(1 << 30, dtype=torch.bfloat16, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(25):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1000)
-    return 2 * src.numel() * src.element_size() / np.median(times[5:]) / 1e9
 
 
 def timed(fn):

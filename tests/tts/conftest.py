@@ -1,6 +1,7 @@
 """Checkpoints the TTS tests share (tiny_checkpoint, short_checkpoint and short_tts are in tests/conftest.py)."""
 
 import pytest
+import torch
 
 from engine.tts import load_tts
 from engine.tts.testing import write_checkpoint
@@ -15,3 +16,13 @@ def tiny17_checkpoint(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_tts(tiny_checkpoint):
     return load_tts(tiny_checkpoint)
+
+
+@pytest.fixture
+def exact_float32():
+    """TF32 off while an engine loads (CUDA graphs keep the setting of their capture) and runs, so CUDA
+    float32 matmuls and convolutions round like the CPU's."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

@@ -10,15 +10,6 @@ from engine.tts import SamplingOptions, load_tts
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 
-@pytest.fixture
-def exact_float32():
-    """TF32 off, so CUDA float32 matmuls and convolutions round like the CPU's."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
 def test_cuda_float32_greedy_codes_equal_the_cpu(short_checkpoint, exact_float32):
     """Greedy decoding on the GPU in float32 gives the CPU's codes and audio (1e-4)."""
     cpu, gpu = load_tts(short_checkpoint), load_tts(short_checkpoint, device="cuda", dtype="float32")

@@ -128,16 +128,7 @@ def test_bucket_choice_and_refusals(tiny_tts):
         PrefillGraphs(tiny_tts.model)
 
 
-# -- CUDA graphs (the lead's H200; skipped here)
-
-@pytest.fixture
-def exact_float32():
-    """TF32 off while the engine loads (the graphs keep the setting of their capture) and runs."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
+# -- CUDA graphs (GPU machines only)
 
 def _cosine(a, b):
     return torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0).item()
