@@ -32,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.tts import SamplingOptions, load_tts  # noqa: E402
+from engine.tts.graphs import GraphSet  # noqa: E402
 from engine.tts.sampling import Sampler  # noqa: E402
 from engine.tts.testing import write_checkpoint  # noqa: E402
 from gpu_bandwidth import copy_bandwidth_gbs  # noqa: E402  (bench/, the script's folder)
@@ -88,18 +89,10 @@ def graph_times(tts, frames: int):
     def predictor_frame():
         return talker.code_predictor.predict(state.hidden, talker.codec_embed(codes[0]), greedy, 0)
 
-    replays = []
+    replays, graphs = [], GraphSet(tts.device)
     with torch.inference_mode():
         for fn in (talker_step, predictor_frame):
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(3):
-                    fn()  # warm-up outside the graph (allocator, cuBLAS handles)
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                fn()
+            graph, _ = graphs.capture(fn.__name__, fn)
             replays.append([timed(graph.replay)[1] for _ in range(frames)][5:])
     return replays[0], replays[1]
 

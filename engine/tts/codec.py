@@ -27,6 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from engine.errors import ModelFilesError
 from engine.tts.checkpoint import load_weights
 from engine.tts.config import read_json
+from engine.tts.graphs import GraphSet
 from engine.tts.model import RMSNorm, rotate_half
 
 __all__ = ["CodecConfig", "CodecDecoder", "CodecStream", "StreamState", "load_codec"]
@@ -695,10 +696,10 @@ class CodecStream:
         Raises:
             ValueError: codes are not an integer tensor of that shape.
         """
+        if self._graphs is None:
+            return self._decoder(codes, self._state)  # which checks the codes
         self._decoder.check_codes(codes)
-        if self._graphs is not None:
-            return self._graphs.decode(codes)
-        return self._decoder(codes, self._state)
+        return self._graphs.decode(codes)
 
     def _detach(self) -> None:
         """A newer stream takes the shared state: go on from a private copy of it, eagerly."""
@@ -710,55 +711,38 @@ class CodecStream:
 class ChunkGraphs:
     """The stream call `decoder(codes, state)` as one CUDA graph per chunk length, on one StreamState.
 
-    A length's graph is captured on its first use (or by CodecDecoder.warm_up), as torch.cuda.graphs
-    documents: on a side stream, three eager runs (cuBLAS and cuDNN handles, workspaces and plans: these
-    depend on shapes, not addresses, so they run on a scratch state), then the capture on the shared
-    state, which capturing does not execute: a live stream's state is untouched. The codes go in through
-    a static tensor per length. All lengths share one memory pool (only one replays at a time), so each
-    replay's output is cloned before the next replay can overwrite it. A graph keeps the math settings
-    of its capture (TF32 or not); capture_error_mode "thread_local" lets other threads (Whisper, the
-    LLM) keep using the GPU while a capture is under way.
+    A length's graph is captured on its first use (or by CodecDecoder.warm_up), engine/tts/graphs.py's
+    way. Its warm-up runs go to a scratch state (what they prepare depends on shapes, not addresses) and
+    capturing does not execute, so a live stream's state is untouched. The codes go in through a static
+    tensor per length; each replay's output is cloned, as the lengths share one memory pool.
     """
 
     def __init__(self, decoder: CodecDecoder, state: StreamState):
         # a proxy: the decoder holds this object, and without a reference cycle a decoder that is dropped frees
         # its GPU memory at once, not at some later garbage collection (as when the engine moves to the CPU)
         self._decoder, self._state = weakref.proxy(decoder), state
-        self._device = state.values.device
-        self._stream = torch.cuda.Stream(self._device)
-        self._pool = torch.cuda.graph_pool_handle()
-        # frames -> (graph, codes (frames, Q) int64 input, pcm (frames * frame_samples,) float32 output)
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        # frames -> (graph, (codes (frames, Q) int64 input, pcm (frames * frame_samples,) float32 output))
+        self._graphs = GraphSet(state.values.device)
 
     @property
     def captured(self) -> list[int]:
-        return sorted(self._graphs)
+        return self._graphs.captured
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """The stream call on checked codes (n, Q): copy in, replay, copy out."""
-        graph, inputs, pcm = self.graph(codes.shape[0])
+        graph, (inputs, pcm) = self.graph(codes.shape[0])
         inputs.copy_(codes)
         graph.replay()
         return pcm.clone()
 
-    def graph(self, frames: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:
+    def graph(self, frames: int) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]:
         """The graph for chunks of `frames` frames, captured now if it does not exist yet."""
-        if frames not in self._graphs:
-            decoder = self._decoder
-            inputs = torch.zeros(frames, decoder.config.num_quantizers, dtype=torch.int64, device=self._device)
-            current = torch.cuda.current_stream(self._device)
-            self._stream.wait_stream(current)  # the zeros above are written on `current`
-            with torch.cuda.device(self._device):
-                with torch.cuda.stream(self._stream):
-                    scratch = StreamState(decoder)
-                    for _ in range(3):
-                        decoder(inputs, scratch)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self._pool, stream=self._stream, capture_error_mode="thread_local"):
-                    pcm = decoder(inputs, self._state)
-            current.wait_stream(self._stream)
-            self._graphs[frames] = graph, inputs, pcm
-        return self._graphs[frames]
+        if frames in self._graphs:
+            return self._graphs[frames]
+        decoder, state = self._decoder, self._state
+        inputs = torch.zeros(frames, decoder.config.num_quantizers, dtype=torch.int64, device=state.values.device)
+        return self._graphs.capture(frames, run=lambda: (inputs, decoder(inputs, state)),
+                                    warm_up=lambda: decoder(inputs, StreamState(decoder)))
 
 
 def load_codec(

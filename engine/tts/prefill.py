@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from engine.tts.graphs import GraphSet
 from engine.tts.model import FrameState, Qwen3TTS
 
 BUCKETS = (16, 32, 64, 128, 256, 512)  # padded prompt lengths (rows), see above
@@ -87,26 +88,20 @@ class PaddedPrefill:
 
 
 class PrefillGraphs(PaddedPrefill):
-    """PaddedPrefill with run(bucket) captured as a CUDA graph on a bucket's first use, replayed after.
-
-    All buckets' graphs share one memory pool: they never run concurrently, and each replay's outputs
-    are copied (begin) before another replay can reuse their memory. A graph keeps the math settings of
-    its capture (TF32 on or off); capture_error_mode "thread_local" lets other threads (Whisper, the
-    LLM) keep using the GPU while a capture is under way.
-    """
+    """PaddedPrefill with run(bucket) captured as a CUDA graph on a bucket's first use, replayed after
+    (engine/tts/graphs.py); begin() copies a replay's outputs, as the buckets share one memory pool."""
 
     def __init__(self, model: Qwen3TTS, buckets: tuple[int, ...] = BUCKETS):
         super().__init__(model, buckets)
         if self.x.device.type != "cuda":
             raise ValueError(f"CUDA graphs need the model on a CUDA device, it is on {self.x.device}")
-        self._stream = torch.cuda.Stream(self.x.device)  # warm-up and capture, as torch.cuda.graphs documents
-        self._pool = torch.cuda.graph_pool_handle()
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
+        # bucket -> (graph, (hidden, logits))
+        self._graphs = GraphSet(self.x.device)
 
     @property
     def captured(self) -> list[int]:
         """The buckets whose graphs exist, smallest first."""
-        return sorted(self._graphs)
+        return self._graphs.captured
 
     @torch.inference_mode()
     def warm_up(self, max_rows: int | None = None) -> None:
@@ -121,19 +116,9 @@ class PrefillGraphs(PaddedPrefill):
         return outputs
 
     def _graph(self, bucket: int):
-        if bucket not in self._graphs:
-            current = torch.cuda.current_stream(self.x.device)
-            self._stream.wait_stream(current)  # the warm-up reads this prompt's rows, written on `current`
-            with torch.cuda.device(self.x.device):
-                with torch.cuda.stream(self._stream):
-                    for _ in range(3):  # eagerly first: cuBLAS handles and workspaces, lazy tensors (RoPE)
-                        super().run(bucket)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self._pool, stream=self._stream, capture_error_mode="thread_local"):
-                    outputs = super().run(bucket)
-            current.wait_stream(self._stream)
-            self._graphs[bucket] = graph, outputs
-        return self._graphs[bucket]
+        if bucket in self._graphs:
+            return self._graphs[bucket]
+        return self._graphs.capture(bucket, lambda: PaddedPrefill.run(self, bucket))
 
 
 def attach_graphs(model: Qwen3TTS, buckets: tuple[int, ...] = BUCKETS,
