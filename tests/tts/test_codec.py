@@ -2,6 +2,7 @@
 both equal the official qwen_tts decoder on the same folder, folders travel both ways between Parley and
 the official classes, and broken folders fail with messages that name the file and the tensor or key."""
 
+import copy
 import itertools
 import json
 import shutil
@@ -12,7 +13,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from engine.errors import ModelFilesError
-from engine.tts.codec import CodecConfig, CodecDecoder, StreamState, load_codec
+from engine.tts.codec import CodecConfig, CodecDecoder, SnakeBeta, StreamState, load_codec
 from engine.tts.testing import codec_files
 from engine.tts.testing.codec_files import codec_config, randomize_decoder, write_codec_folder
 
@@ -254,6 +255,20 @@ def test_cuda_bfloat16_stream_tracks_float32_decode(tiny_folder, codes, full_aud
     assert torch.corrcoef(torch.stack([streamed, full_audio]))[0, 1] > 0.99
 
 
+def test_snake_factors_follow_the_weights_when_loaded_and_converted(decoder):
+    """SnakeBeta's e^alpha and 1 / (e^beta + 1e-9), computed once, are those of the loaded weights (not of the zeros
+    it was made with) and, after a dtype change, of the converted weights: its output is the official formula's."""
+    def official(m, x):
+        return x + (1.0 / (m.beta.exp()[None, :, None] + 1e-9)) * torch.sin(x * m.alpha.exp()[None, :, None]).pow(2)
+
+    snake = next(m for m in decoder.modules() if isinstance(m, SnakeBeta))
+    assert snake.alpha.abs().max() > 0
+    x = torch.randn(1, snake.alpha.numel(), 5, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(snake(x), official(snake, x))
+    half = copy.deepcopy(snake).to(torch.bfloat16)
+    assert torch.equal(half(x.bfloat16()), official(half, x.bfloat16()))
+
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 # Graph replays against the same code run op by op on the same device: the same kernels on the same shapes,
@@ -294,6 +309,24 @@ def test_cuda_graph_stream_equals_the_eager_stream(tiny_folder, full_config, cod
         assert g.device.type == "cuda" and torch.isfinite(g).all() and g.std() > 0.01
         diff = (g - e).abs().max().item()
         assert diff < GRAPH_ATOL[dtype], f"{size} {dtype}: max |graph - eager| = {diff:.3g}"
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_bf16_codec_keeps_dense_conv_weights_channels_last_and_decodes_as_on_the_cpu(tiny_folder, decoder, codes,
+                                                                                          full_audio):
+    """On CUDA in bf16 every dense conv weight with a kernel wider than 1 is stored input-channels-innermost (cuDNN's
+    layout: no conversion per call), with the same values; the audio is the CPU float32 decoder's up to bf16 rounding."""
+    gpu = load_codec(tiny_folder, device="cuda", dtype=torch.bfloat16)
+    convs = {name: m for name, m in gpu.named_modules()
+             if isinstance(m, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)) and m.groups == 1 and m.kernel_size[0] > 1}
+    assert convs and all(m.weight.stride(1) == 1 for m in convs.values())
+    cpu = dict(decoder.named_modules())
+    for name, m in convs.items():
+        assert torch.equal(m.weight.cpu(), cpu[name].weight.to(torch.bfloat16))
+    audio = gpu.decode(codes.cuda()).float().cpu()
+    error = (audio - full_audio).pow(2).mean().sqrt() / full_audio.pow(2).mean().sqrt()
+    assert error < 0.05, f"relative RMS error against the CPU float32 decoder: {error:.3g}"
 
 
 @pytest.mark.gpu
