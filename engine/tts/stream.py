@@ -346,6 +346,7 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
             f"match config.json (code predictor vocab_size {codebook}, talker vocab_size "
             f"{config.talker.decoder.vocab_size}); the speech tokenizer belongs to another model"
         )
-    if device.type == "cuda":  # the codec's stream call: one CUDA graph per chunk length; stream()'s defaults now
-        codec.warm_up((1, CHUNK_FRAMES))
+    if device.type == "cuda":  # the codec's stream call: one CUDA graph per chunk length, every length stream()'s
+        # default makes captured now (an utterance's tail of 2 or 3 frames would otherwise wait ~140 ms for its capture)
+        codec.warm_up(range(1, CHUNK_FRAMES + 1))
     return TTSEngine(folder, config, model, prompts, codec, sampling, max_frames)
