@@ -40,7 +40,7 @@ class EngineConfig:
         instruct; "" for none. Models that take none ignore it (EngineInfo.style_kind says which).
     input_device, output_device: a device name or part of one; "" is the system default.
     listen_mode: "hands-free" or "push-to-talk". silence_ms: hands-free end-of-turn silence.
-    echo_cancellation: take Parley's own voice out of the microphone (open speakers); off with a headset.
+    echo_cancellation: take Parley's own voice out of the microphone (open speakers; a headset's passes through).
     system_prompt: the LLM's first message.
     device: "auto" (the GPU when there is one), "cuda" or "cpu", for the TTS and the LLM.
     history_file: the SQLite conversation store.

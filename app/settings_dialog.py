@@ -118,8 +118,9 @@ class SettingsDialog(QDialog):
         self.silence.setToolTip("Hands-free: how long a pause ends your turn")
         self.echo = QCheckBox("Echo cancellation (for open speakers)", objectName="echoCancellation",
                               checked=s.echo_cancellation)
-        self.echo.setToolTip("Takes Parley's own voice out of the microphone, so it does not interrupt itself; "
-                             "turn it off with a headset")
+        self.echo.setToolTip("Takes Parley's own voice out of the microphone, so it does not interrupt itself. "
+                             "With a headset it notices that the microphone does not hear the speakers and "
+                             "leaves your voice alone")
         self.input = self._device_box("input", s.input_device)
         form = QFormLayout()
         form.addRow("Microphone", self.input)

@@ -158,10 +158,11 @@ class VoiceOptions:
     vad: speech detection and end-of-turn (engine/stt/vad.py).
     barge_in: hands-free, speech that starts while a turn runs stops that turn.
     echo_cancellation: take Parley's own voice out of the microphone (engine/audio/echo.py, fed with
-        what the dialogue's player plays), so open speakers do not make it interrupt itself; turn it
-        off with a headset, where there is no echo to take out. The canceller learns the room from
-        Parley's first 3 s of speech: until then the barge-in gate measures against the echo before
-        cancelling, as without it.
+        what the dialogue's player plays), so open speakers do not make it interrupt itself. The
+        canceller learns the room from Parley's first 3 s of speech: until then the barge-in gate
+        measures against the echo before cancelling, as without it. A microphone that does not hear
+        the speakers at all (a headset) it finds in Parley's first 4 s of speech, and from then on
+        passes it through untouched.
     barge_in_ms: speech over a running turn must also be this long above the level gate below, out
         of any twice that long, before it stops the turn; speech that never is (residual echo) makes
         no turn either.

@@ -7,7 +7,8 @@ The Player hands over every block it gives its device, silence included, with th
 sample will sound; the Microphone runs each capture chunk through near_end() with the time its first
 sample was recorded. The two meet on one clock (time.perf_counter()): each near-end frame is paired
 with the far-end samples that sounded at the same moment, so AEC3 only has to find the short acoustic
-delay, which its own delay estimator does.
+delay, which its own delay estimator does. A microphone that turns out not to hear the speakers at all
+(a headset) passes through uncancelled: see PATH_WINDOW_S.
 """
 
 from __future__ import annotations
@@ -42,6 +43,19 @@ IDLE_S = 1.0
 # AEC3's filter needs about this much of Parley's voice before its residual echo drops (bench/aec.py:
 # peaks near the speech's own level in the first 2-3 s, 60 dB below it after).
 CONVERGE_S = 3.0
+# Whether the microphone hears the speakers at all. A headset's does not, and AEC3 then takes the user's
+# voice over Parley's for echo, in patches, and removes it (docs/BENCHMARKS.md: the soak with the canceller
+# on lost a talked-over line so). Where there is an echo path, the microphone's level follows the far end's
+# a little later; so the two levels of the last PATH_WINDOW_S of frames with far-end sound are correlated
+# at each delay up to PATH_DELAY_S, and the best correlation decides: at or above PATH_HEARD the speakers
+# are heard, below PATH_UNHEARD they are not, and the near end passes through as it is (AEC3 is still fed,
+# so that it is ready if they become heard: a headset unplugged). Until a first window is full, AEC3 cancels.
+PATH_WINDOW_S = 4.0
+PATH_DELAY_S = 0.3
+PATH_HEARD = 0.5
+PATH_UNHEARD = 0.3
+PATH_FLOOR_DBFS = -90.0  # levels below it count as it: digital silence must not outweigh everything else
+PATH_EVERY = 50  # frames between two decisions (0.5 s)
 
 
 class EchoCanceller:
@@ -69,6 +83,10 @@ class EchoCanceller:
         self._cancelled = 0  # frames run through AEC3 with far-end sound
         # (when a frame was recorded, its level before cancelling), kept while AEC3 converges
         self._raw: deque[tuple[float, float]] = deque(maxlen=int(3 * RATE_HZ / FRAME_SAMPLES))
+        # (far-end level, near-end level) dBFS of the latest frames with far-end sound, oldest first
+        self._levels: deque[tuple[float, float]] = deque(
+            maxlen=int((PATH_WINDOW_S + 2 * PATH_DELAY_S) * RATE_HZ) // FRAME_SAMPLES)
+        self._heard: bool | None = None  # whether the microphone hears the speakers; None: not known yet
 
     def far_end(self, pcm: np.ndarray, rate_hz: int, t_sound: float) -> None:
         """Takes the exact mono samples handed to the speakers (silence included) at their rate, and the
@@ -129,12 +147,40 @@ class EchoCanceller:
                 self._read += FRAME_SAMPLES
                 if self._read - self._last_sound > IDLE_S * RATE_HZ:
                     continue
+                near_db = _dbfs(out[start : start + FRAME_SAMPLES])
                 if not self.converged:
-                    power = float(np.mean(np.square(out[start : start + FRAME_SAMPLES], dtype=np.float64)))
-                    self._raw.append((t_first + start / RATE_HZ, 10 * math.log10(max(power, 1e-10))))
-                out[start : start + FRAME_SAMPLES] = self._cancel(out[start : start + FRAME_SAMPLES], far)
+                    self._raw.append((t_first + start / RATE_HZ, near_db))
+                self._levels.append((_dbfs(far), near_db))
+                cleaned = self._cancel(out[start : start + FRAME_SAMPLES], far)
+                if self._heard is not False:
+                    out[start : start + FRAME_SAMPLES] = cleaned
                 self._cancelled += 1
+                if self._cancelled % PATH_EVERY == 0:
+                    self._decide_path()
             return out
+
+    @property
+    def speakers_heard(self) -> bool | None:
+        """Whether the microphone hears the speakers (an echo path), from Parley's latest PATH_WINDOW_S of
+        speech; None until that much has been heard. While False the near end passes through uncancelled."""
+        return self._heard
+
+    def _decide_path(self) -> None:
+        """Sets _heard from the correlation of the near end's levels with the far end's, at the best delay."""
+        if len(self._levels) < self._levels.maxlen:
+            return
+        levels = np.maximum(np.array(self._levels), PATH_FLOOR_DBFS)
+        far, near = levels[:, 0], levels[:, 1]
+        # the echo comes after its paired far end (LEAD_S's purpose), but devices misreport their latencies:
+        # delays of either sign count, as the path exists either way
+        lags = int(PATH_DELAY_S * RATE_HZ) // FRAME_SAMPLES
+        window = len(levels) - 2 * lags
+        best = max(_correlation(far[shift : shift + window], near[lags : lags + window]) for shift in range(2 * lags + 1))
+        heard = True if best >= PATH_HEARD else False if best < PATH_UNHEARD else self._heard
+        if heard != self._heard:
+            log.info("the microphone %s the speakers (level correlation %.2f): echo cancellation %s",
+                     "hears" if heard else "does not hear", best, "on" if heard else "passes the microphone through")
+            self._heard = heard
 
     @property
     def converged(self) -> bool:
@@ -144,9 +190,10 @@ class EchoCanceller:
     def echo_dbfs(self, start: float, end: float) -> float:
         """While AEC3 converges, the loudest level the microphone had before cancelling in the frames
         recorded between perf_counter() times start and end while Parley spoke (its echo, if the
-        speakers are heard at all); -100 once it has converged, or for none."""
+        speakers are heard at all); -100 once it has converged, once the speakers are known not to be
+        heard, or for none."""
         with self._lock:
-            if self.converged:
+            if self.converged or self._heard is False:
                 return -100.0
             return max((dbfs for t, dbfs in self._raw if start <= t < end), default=-100.0)
 
@@ -178,3 +225,14 @@ class EchoCanceller:
         data = (np.clip(pcm, -1.0, 32767 / 32768) * 32768.0).astype(np.int16)
         return self._rtc.AudioFrame(data=data.tobytes(), sample_rate=RATE_HZ, num_channels=1,
                                     samples_per_channel=FRAME_SAMPLES)
+
+
+def _dbfs(pcm: np.ndarray) -> float:
+    return 10 * math.log10(max(float(np.mean(np.square(pcm, dtype=np.float64))), 1e-10))
+
+
+def _correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson's correlation of two equally long series; 0 where either is constant (a silent microphone)."""
+    a, b = a - a.mean(), b - b.mean()
+    scale = math.sqrt(float(a @ a) * float(b @ b))
+    return float(a @ b) / scale if scale > 1e-9 else 0.0

@@ -51,6 +51,92 @@ def test_the_reference_is_the_far_end_that_sounded_lead_s_after_the_near_end_was
     np.testing.assert_array_equal(canceller.reference(len(out)), far[lead : lead + len(out)])
 
 
+# -- the echo path: does the microphone hear the speakers at all? (a headset's does not) ---------------
+
+USER = "What time does the museum open on Sunday, and is there a cafe inside?"
+
+
+class Devices:
+    """The Player's and the Microphone's callbacks on one virtual clock, for a canceller: the far end (Parley's
+    whole voice, 16 kHz) goes to it ahead of the near end by LEAD_S and a block, as audio leaves for the speakers
+    before it sounds; run(near) hands over the next stretch of the near end and returns it cleaned."""
+
+    def __init__(self, canceller, far, block=320):
+        from engine.audio.echo import LEAD_S, RATE_HZ
+
+        self.canceller, self.far, self.block, self.rate = canceller, far, block, RATE_HZ
+        self.ahead = round(LEAD_S * RATE_HZ) + block
+        self.at = 0  # near-end samples handed over so far
+        canceller.far_end(far[: self.ahead], RATE_HZ, t_sound=100.0)
+
+    def run(self, near):
+        out = []
+        for i in range(0, len(near), self.block):
+            at = self.at + i
+            end = at + self.ahead
+            self.canceller.far_end(self.far[end : end + self.block], self.rate, t_sound=100.0 + end / self.rate)
+            out.append(self.canceller.near_end(near[i : i + self.block], t_recorded=100.0 + at / self.rate))
+        self.at += len(near)
+        return np.concatenate(out)
+
+
+def hum(n):
+    """A real microphone's floor: 50 Hz mains hum at about -69 dBFS."""
+    return (0.0005 * np.sin(2 * np.pi * 50 * np.arange(n) / 16_000)).astype(np.float32)
+
+
+def echo_of(far, delay_s=0.04, gain=0.3):
+    """The speakers heard by the microphone: far, delay_s later and quieter."""
+    delay = round(delay_s * 16_000)
+    return gain * np.concatenate([np.zeros(delay, np.float32), far[: len(far) - delay]])
+
+
+def test_a_microphone_that_hears_the_speakers_is_cancelled(speak):
+    """Parley's voice coming back 40 ms later: the echo path is found, and the echo is cancelled."""
+    far = np.concatenate([speak(SPEECH)] * 2)
+    raw = echo_of(far) + hum(len(far))
+    raw = raw[: len(raw) // 320 * 320]
+    canceller = EchoCanceller()
+    out = Devices(canceller, far).run(raw)
+    assert canceller.speakers_heard is True
+    tail = slice(len(out) // 2, len(out))  # AEC3 has converged by then
+    erle_db = 10 * np.log10(np.sum(raw[tail].astype(np.float64) ** 2) / np.sum(out[tail].astype(np.float64) ** 2))
+    assert erle_db > 10, f"ERLE {erle_db:.1f} dB"
+
+
+def test_a_headset_microphone_passes_the_users_voice_through_untouched_and_an_unplugged_one_is_found(speak):
+    """A headset never hears the speakers: once PATH_WINDOW_S of Parley's speech showed it, the microphone
+    passes through as it is, so the user's voice over Parley's (which AEC3 alone removes in patches) reaches
+    the VAD whole. When the speakers come to be heard (the headset unplugged), cancelling resumes."""
+    from engine.audio.echo import PATH_WINDOW_S
+
+    far = np.concatenate([speak(SPEECH)] * 5)
+    half = 8_000  # samples: half a second
+    talk_at = int((PATH_WINDOW_S + 2) * 2) * half  # the user speaks over Parley once the path is known
+    user = speak(USER)
+    headset = hum(talk_at + len(user) + 4 * half)
+    headset = headset[: len(headset) // half * half]
+    headset[talk_at : talk_at + len(user)] += user
+    canceller = EchoCanceller()
+    devices = Devices(canceller, far)
+    out, known = [], []
+    for i in range(0, len(headset), half):
+        out.append(devices.run(headset[i : i + half]))
+        known.append(canceller.speakers_heard)
+    assert known[-1] is False
+    decided = known.index(False)
+    assert decided <= 2 * (PATH_WINDOW_S + 1) and all(k is False for k in known[decided:])
+    passed = (decided + 1) * half  # the half seconds after the decision
+    assert passed < talk_at
+    np.testing.assert_array_equal(np.concatenate(out)[passed:], headset[passed:])
+    # the headset unplugged: from now on the microphone hears Parley
+    at = devices.at
+    unplugged = echo_of(far)[at:] + hum(len(far) - at)
+    for i in range(0, int(PATH_WINDOW_S + 3) * 2 * half, half):
+        devices.run(unplugged[i : i + half])
+    assert canceller.speakers_heard is True
+
+
 def test_parleys_own_voice_played_and_recorded_back_is_cancelled(sound_server, speak):
     """On the null-sink loopback, the echo of espeak speech comes out of the canceller at least 10 dB
     quieter over the frames where it is loud (after the first second, AEC3's convergence)."""
@@ -219,4 +305,23 @@ def test_a_second_voice_over_parleys_speech_barges_in_and_is_heard(loopback_loop
     events.wait_for(BargeIn)
     assert events.wait_for(TurnFinished).result.interrupted
     # the turn is the second voice's (its first words were spoken over Parley, so only the end is sure)
+    assert "today" in events.wait_for(Heard).text.lower()
+
+
+def test_over_a_headset_the_users_voice_over_parleys_barges_in_with_echo_cancellation_on(user_mic, loopback_loop,
+                                                                                        speak):
+    """With a headset the microphone ('usermic') never hears Parley ('vsink'). The canceller, on as by default,
+    finds no echo path in Parley's first PATH_WINDOW_S of speech and passes the microphone through, so the user's
+    voice over the reply barges in and becomes the turn (AEC3 alone takes it for echo in patches: the soak with
+    the canceller on lost a turn so, docs/BENCHMARKS.md)."""
+    from engine.audio.echo import PATH_WINDOW_S
+    from engine.voice import BargeIn, Heard, TurnFinished
+
+    loop, events, dialogue = loopback_loop()
+    loop.submit_text(REPLY, speak_only=True)
+    assert dialogue.player.wait_until(lambda s: s.frames_played >= (PATH_WINDOW_S + 2) * 24_000, 60)
+    assert not events.of(BargeIn)
+    user_mic(speak(QUESTION)).wait()
+    events.wait_for(BargeIn)
+    assert events.wait_for(TurnFinished).result.interrupted
     assert "today" in events.wait_for(Heard).text.lower()
