@@ -21,6 +21,7 @@ from engine.tts.model import Talker
 # Sentence ends (Latin, CJK, Devanagari, Arabic), then clause marks for over-long sentences.
 _SENTENCE_END = re.compile(r"(?<=[.!?…。！？؟।])\s+|(?<=[。！？])|\n+")
 _CLAUSE_END = re.compile(r"(?<=[,;:，；：、])\s*")
+_VOICES_KEPT = 8  # PromptBuilder._voice_rows
 
 
 def clean_text(text: str) -> str:
@@ -123,6 +124,7 @@ class PromptBuilder:
     def __init__(self, cfg: TTSConfig, tokenizer, talker: Talker):
         self.cfg, self.tokenizer, self.talker = cfg, tokenizer, talker
         self.role_ids = self._ids("<|im_start|>assistant\n", specials=True)  # im_start, "assistant", "\n"
+        self._voices: dict[tuple[Voice, torch.device], tuple[torch.Tensor, ...]] = {}  # see _voice_rows
         self.tail_ids = self._ids("<|im_end|>\n<|im_start|>assistant\n", specials=True)
         if len(self.role_ids) != 3 or self.role_ids[0] != cfg.im_start_id or self.tail_ids[0] != cfg.im_end_id:
             raise ModelFilesError(
@@ -187,31 +189,41 @@ class PromptBuilder:
         whole_text=True is the official non_streaming_mode (the CustomVoice default): all text in the
         prefill, the text track all tts_pad. False feeds the text one token per frame after the first.
         """
-        cfg, talker = self.cfg, self.talker
-
-        def ids(values):
-            return torch.tensor(values, dtype=torch.long, device=device)
-
-        bos, eos, pad = talker.text_embed(ids([cfg.tts_bos_id, cfg.tts_eos_id, cfg.tts_pad_id])).unbind(0)
-        codec = talker.codec_embed(ids(self._codec_prefix(voice)))  # (C, hidden)
-        parts = []
-        if voice.instruct:
-            parts.append(talker.text_embed(ids(self._instruct_ids(voice.instruct))))
-        parts.append(talker.text_embed(ids(self.role_ids)))
-        # tts_pad under each codec tag, tts_bos under the last but one (pad); codec bos is held back
-        C = codec.shape[0]
-        parts.append(torch.cat((pad.expand(C - 2, -1), bos[None])) + codec[:-1])
-        text = talker.text_embed(ids(text_ids))
-        codec_bos = codec[-1]
+        head, codec_bos, codec_pad, eos, pad = self._voice_rows(voice, torch.device(device))
+        text = self.talker.text_embed(torch.tensor(text_ids, dtype=torch.long, device=device))
         if whole_text:
-            codec_pad = talker.codec_embed(ids([cfg.talker.codec_pad_id]))
-            parts.append(torch.cat((text, eos[None])) + codec_pad)
-            parts.append((pad + codec_bos)[None])
+            body = (torch.cat((text, eos[None])) + codec_pad, (pad + codec_bos)[None])
             track = text[:0]
         else:
-            parts.append((text[0] + codec_bos)[None])
+            body = ((text[0] + codec_bos)[None],)
             track = torch.cat((text[1:], eos[None]))
-        return TalkerInputs(torch.cat(parts), track, pad)
+        return TalkerInputs(torch.cat((head, *body)), track, pad)
+
+    def _voice_rows(self, voice: Voice, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """What a prompt holds besides its text, which depends on the voice alone: the rows before the text
+        (instruct, role, codec tags), the codec bos and pad rows and the projected tts_eos and tts_pad.
+        Made once per voice (the latest few are kept), as each costs a dozen launches on a GPU."""
+        key = (voice, device)
+        if key not in self._voices:
+            cfg, talker = self.cfg, self.talker
+
+            def ids(values):
+                return torch.tensor(values, dtype=torch.long, device=device)
+
+            bos, eos, pad = talker.text_embed(ids([cfg.tts_bos_id, cfg.tts_eos_id, cfg.tts_pad_id])).unbind(0)
+            codec = talker.codec_embed(ids(self._codec_prefix(voice)))  # (C, hidden)
+            parts = []
+            if voice.instruct:
+                parts.append(talker.text_embed(ids(self._instruct_ids(voice.instruct))))
+            parts.append(talker.text_embed(ids(self.role_ids)))
+            # tts_pad under each codec tag, tts_bos under the last but one (pad); codec bos is held back
+            C = codec.shape[0]
+            parts.append(torch.cat((pad.expand(C - 2, -1), bos[None])) + codec[:-1])
+            codec_pad = talker.codec_embed(ids([cfg.talker.codec_pad_id]))
+            if len(self._voices) >= _VOICES_KEPT:  # VoiceDesign descriptions are free text: keep only the latest
+                del self._voices[next(iter(self._voices))]
+            self._voices[key] = torch.cat(parts), codec[-1], codec_pad, eos, pad
+        return self._voices[key]
 
     def _instruct_ids(self, instruct: str) -> list[int]:
         user = self._ids("<|im_start|>user\n", specials=True)

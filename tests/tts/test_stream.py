@@ -170,3 +170,21 @@ def test_style_instruction_is_refused_by_a_0_6b_model_and_taken_by_a_1_7b(short_
     plain = next(iter(tts.stream("Hi.", "ryan", seed=1)))
     styled = next(iter(tts.stream("Hi.", "ryan", seed=1, instruct="Speak very cheerfully.")))
     assert not np.array_equal(plain.pcm, styled.pcm)
+
+
+def test_prompts_reuse_each_voices_rows_and_equal_fresh_ones(tiny_tts, monkeypatch):
+    """The rows a prompt holds besides its text are made once per voice and kept for a few voices: prompts
+    built with voices coming and going (past what is kept) equal those of a builder that never kept any."""
+    import engine.tts.prompt as prompt_module
+
+    monkeypatch.setattr(prompt_module, "_VOICES_KEPT", 2)
+    builder = prompt_module.PromptBuilder(tiny_tts.config, tiny_tts.prompts.tokenizer, tiny_tts.model.talker)
+    ids = builder.text_ids("Kept rows, fresh text.")
+    order = ["ryan", "vivian", "ryan", "aiden", "eric", "ryan", "vivian"]
+    for speaker, whole_text in zip(order, [True, False] * 4):
+        voice = builder.resolve(speaker, "english", None)
+        fresh = prompt_module.PromptBuilder(tiny_tts.config, tiny_tts.prompts.tokenizer, tiny_tts.model.talker)
+        got, want = builder.build(ids, voice, whole_text, "cpu"), fresh.build(ids, voice, whole_text, "cpu")
+        for name in ("prefill", "track", "pad"):
+            assert torch.equal(getattr(got, name), getattr(want, name)), (speaker, name)
+        assert len(builder._voices) <= 2
