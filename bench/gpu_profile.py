@@ -97,9 +97,8 @@ def main() -> int:
             report(f"codec stream call, {frames} frame{'s' if frames > 1 else ''} (CUDA graph)",
                    *profile_calls(lambda: stream.decode(codes), args.calls), args.calls, args.top, args.width)
         for bucket in (16, 64):
-            graph, _ = prefill._graph(bucket)
             report(f"talker prefill, {bucket}-row bucket (CUDA graph)",
-                   *profile_calls(graph.replay, args.calls), args.calls, args.top, args.width)
+                   *profile_calls(lambda: prefill.run(bucket), args.calls), args.calls, args.top, args.width)
     return 0
 
 
