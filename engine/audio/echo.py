@@ -47,7 +47,7 @@ CONVERGE_S = 3.0
 # voice over Parley's for echo, in patches, and removes it (docs/BENCHMARKS.md: the soak with the canceller
 # on lost a talked-over line so). Where there is an echo path, the microphone's level follows the far end's
 # a little later; so the two levels of the last PATH_WINDOW_S of frames with far-end sound are correlated
-# at each delay up to PATH_DELAY_S, and the best correlation decides: at or above PATH_HEARD the speakers
+# at each delay within +-PATH_DELAY_S, and the best correlation decides: at or above PATH_HEARD the speakers
 # are heard, below PATH_UNHEARD they are not, and the near end passes through as it is (AEC3 is still fed,
 # so that it is ready if they become heard: a headset unplugged). Until a first window is full, AEC3 cancels.
 PATH_WINDOW_S = 4.0

@@ -124,13 +124,13 @@ class PromptBuilder:
     def __init__(self, cfg: TTSConfig, tokenizer, talker: Talker):
         self.cfg, self.tokenizer, self.talker = cfg, tokenizer, talker
         self.role_ids = self._ids("<|im_start|>assistant\n", specials=True)  # im_start, "assistant", "\n"
-        self._voices: dict[tuple[Voice, torch.device], tuple[torch.Tensor, ...]] = {}  # see _voice_rows
         self.tail_ids = self._ids("<|im_end|>\n<|im_start|>assistant\n", specials=True)
         if len(self.role_ids) != 3 or self.role_ids[0] != cfg.im_start_id or self.tail_ids[0] != cfg.im_end_id:
             raise ModelFilesError(
                 f"the checkpoint's tokenizer does not match its config: '<|im_start|>assistant\\n' gives "
                 f"{self.role_ids}, config.json says im_start_token_id={cfg.im_start_id}"
             )
+        self._voices: dict[tuple[Voice, torch.device], tuple[torch.Tensor, ...]] = {}  # see _voice_rows
 
     def _ids(self, text: str, specials: bool) -> list[int]:
         # User text never turns into control tokens: "<|im_end|>" typed by a user stays plain text.
