@@ -788,9 +788,10 @@ def load_codec(
 
 
 def _channels_last_weights(decoder: CodecDecoder) -> None:
-    """Store each dense conv's weight (out, in, k) with the input channels innermost, the layout of cuDNN's
-    half-precision kernels, which otherwise convert it on every call: 39 conversions, a fifth of a 1-frame
-    stream call's kernel time on an H200 (bench/gpu_profile.py). The values are unchanged."""
+    """Store each dense conv's weight with its channel dimension 1 innermost (a Conv1d's (out, in, k): the input
+    channels; a ConvTranspose1d's (in, out, k): the output channels), the layout cuDNN's half-precision kernels
+    read and would otherwise convert it to on every call: 39 conversions, a fifth of a 1-frame stream call's
+    kernel time on an H200 (bench/gpu_profile.py). The values are unchanged."""
     for module in decoder.modules():
         if isinstance(module, (nn.Conv1d, nn.ConvTranspose1d)) and module.groups == 1:
             module.weight = nn.Parameter(module.weight.transpose(1, 2).contiguous().transpose(1, 2),

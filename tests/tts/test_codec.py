@@ -315,8 +315,9 @@ def test_cuda_graph_stream_equals_the_eager_stream(tiny_folder, full_config, cod
 @cuda
 def test_cuda_bf16_codec_keeps_dense_conv_weights_channels_last_and_decodes_as_on_the_cpu(tiny_folder, decoder, codes,
                                                                                           full_audio):
-    """On CUDA in bf16 every dense conv weight with a kernel wider than 1 is stored input-channels-innermost (cuDNN's
-    layout: no conversion per call), with the same values; the audio is the CPU float32 decoder's up to bf16 rounding."""
+    """On CUDA in bf16 every dense conv weight with a kernel wider than 1 is stored with its channel dimension 1
+    innermost (cuDNN's layout: no conversion per call), with the same values; the audio is the CPU float32
+    decoder's up to bf16 rounding."""
     gpu = load_codec(tiny_folder, device="cuda", dtype=torch.bfloat16)
     convs = {name: m for name, m in gpu.named_modules()
              if isinstance(m, (torch.nn.Conv1d, torch.nn.ConvTranspose1d)) and m.groups == 1 and m.kernel_size[0] > 1}
