@@ -28,8 +28,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.tts.codec import load_codec  # noqa: E402
-from engine.tts.testing import write_checkpoint  # noqa: E402
 from gpu_bandwidth import copy_bandwidth_gbs  # noqa: E402  (bench/, the script's folder)
+from bench_checkpoint import add_arguments as add_checkpoint_arguments, checkpoint  # noqa: E402  (bench/)
 
 
 def stream_ms(decoder, codes: torch.Tensor, frames: int, eager: bool):
@@ -51,15 +51,12 @@ def stream_ms(decoder, codes: torch.Tensor, frames: int, eager: bool):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--size", default="0.6b")
+    add_checkpoint_arguments(parser)
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--lengths", default="1,4", help="chunk lengths (frames per call), comma-separated")
     parser.add_argument("--calls", type=int, default=100, help="calls per stream")
-    parser.add_argument("--cache", default=".cache/bench")
     args = parser.parse_args()
-    folder = Path(args.cache) / args.size
-    if not (folder / "config.json").exists():
-        write_checkpoint(folder, args.size, seed=0)
+    folder = checkpoint(args)
     bandwidth = copy_bandwidth_gbs()
     decoder = load_codec(folder / "speech_tokenizer", device="cuda", dtype=getattr(torch, args.dtype))
     config = decoder.config

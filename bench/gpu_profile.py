@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.tts import load_tts  # noqa: E402
 from engine.tts.prefill import PrefillGraphs  # noqa: E402
-from engine.tts.testing import write_checkpoint  # noqa: E402
+from bench_checkpoint import add_arguments as add_checkpoint_arguments, checkpoint  # noqa: E402  (bench/)
 
 
 def profile_calls(call, calls: int):
@@ -72,15 +72,12 @@ def report(title: str, walls, kernels, calls: int, top: int, width: int) -> None
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--size", default="0.6b")
+    add_checkpoint_arguments(parser)
     parser.add_argument("--calls", type=int, default=20, help="replays profiled per piece")
     parser.add_argument("--top", type=int, default=12, help="kernels listed per piece")
     parser.add_argument("--width", type=int, default=90, help="kernel names cut to this many characters")
-    parser.add_argument("--cache", default=".cache/bench")
     args = parser.parse_args()
-    folder = Path(args.cache) / args.size
-    if not (folder / "config.json").exists():
-        write_checkpoint(folder, args.size, seed=0)
+    folder = checkpoint(args)
     tts = load_tts(folder, "cuda", megakernel=False)
     codec, prefill = tts.codec, tts.model.padded_prefill
     assert isinstance(prefill, PrefillGraphs), "load_tts on CUDA should have attached the prefill graphs"

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.tts import SamplingOptions, load_tts  # noqa: E402
 from engine.tts.sampling import Sampler  # noqa: E402
-from engine.tts.testing import write_checkpoint  # noqa: E402
+from bench_checkpoint import add_arguments as add_checkpoint_arguments, checkpoint  # noqa: E402  (bench/)
 
 TEXT = "Parley speaks while it thinks, one frame of sixteen codes every eighty milliseconds."
 STAGES = "ABCDE"
@@ -65,14 +65,11 @@ def run_frames(tts, frames: int, per_launch: int):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--size", default="0.6b")
+    add_checkpoint_arguments(parser)
     parser.add_argument("--frames", type=int, default=64)
     parser.add_argument("--per-launch", type=int, default=4)
-    parser.add_argument("--cache", default=".cache/bench")
     args = parser.parse_args()
-    folder = Path(args.cache) / args.size
-    if not (folder / "config.json").exists():
-        write_checkpoint(folder, args.size, seed=0)
+    folder = checkpoint(args)
     tts = load_tts(folder, device="cuda", megakernel=True)
     module = tts.model.frame_kernel.module
     run_frames(tts, 8, args.per_launch)  # warm-up

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.tts import load_tts  # noqa: E402
 from engine.tts.prefill import PrefillGraphs  # noqa: E402
-from engine.tts.testing import write_checkpoint  # noqa: E402
 from gpu_bandwidth import copy_bandwidth_gbs  # noqa: E402  (bench/, the script's folder)
+from bench_checkpoint import add_arguments as add_checkpoint_arguments, checkpoint  # noqa: E402  (bench/)
 
 
 def prefill_ms(model, prompt, warmup: int, iters: int):
@@ -65,15 +65,12 @@ def capture_costs(model):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--size", default="0.6b")
+    add_checkpoint_arguments(parser)
     parser.add_argument("--lengths", default="12,40,100,130,250,400", help="prompt lengths (rows), comma-separated")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=50)
-    parser.add_argument("--cache", default=".cache/bench")
     args = parser.parse_args()
-    folder = Path(args.cache) / args.size
-    if not (folder / "config.json").exists():
-        write_checkpoint(folder, args.size, seed=0)
+    folder = checkpoint(args)
     bandwidth = copy_bandwidth_gbs()
     tts = load_tts(folder, device="cuda", megakernel=False)
     model = tts.model

@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.tts import SamplingOptions, load_tts  # noqa: E402
 from engine.tts.graphs import GraphSet  # noqa: E402
 from engine.tts.sampling import Sampler  # noqa: E402
-from engine.tts.testing import write_checkpoint  # noqa: E402
 from gpu_bandwidth import copy_bandwidth_gbs  # noqa: E402  (bench/, the script's folder)
+from bench_checkpoint import add_arguments as add_checkpoint_arguments, checkpoint  # noqa: E402  (bench/)
 
 TEXT = ("Parley speaks while it thinks: every eighty milliseconds of speech is one frame of sixteen codes, "
         "decoded to sound as soon as it is sampled.")
@@ -163,15 +163,12 @@ def ttfc_parts(tts, runs: int):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--size", default="0.6b")
+    add_checkpoint_arguments(parser)
     parser.add_argument("--frames", type=int, default=60)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=20.0, help="speech per RTF run")
-    parser.add_argument("--cache", default=".cache/bench")
     args = parser.parse_args()
-    folder = Path(args.cache) / args.size
-    if not (folder / "config.json").exists():
-        write_checkpoint(folder, args.size, seed=0)
+    folder = checkpoint(args)
     bandwidth = copy_bandwidth_gbs()
     results = {}
     for name, kernel in (("eager", False), ("megakernel", True)):
