@@ -102,9 +102,19 @@ class Chat:
         pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
         env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "OMP_NUM_THREADS": "1",
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        self.process = subprocess.Popen([sys.executable, "-m", "engine.cli", "chat", *map(str, args)], env=env,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True)
+        # A shell starts a background job (`.ci/run &`) with SIGINT ignored, and children inherit that: Python
+        # then raises no KeyboardInterrupt, and Ctrl-C below would do nothing. Caught here for the fork, SIGINT
+        # is back at its default in the command, as in a terminal.
+        ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        if ignored:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            self.process = subprocess.Popen([sys.executable, "-m", "engine.cli", "chat", *map(str, args)], env=env,
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                            text=True)
+        finally:
+            if ignored:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.out, self.err = self._reader(self.process.stdout), self._reader(self.process.stderr)
         self.lines = {"out": [], "err": []}
 
@@ -137,6 +147,23 @@ class Chat:
         self.process.stdin.flush()
 
 
+@pytest.fixture
+def start_chat(tmp_path):
+    """start_chat(*args) -> a running Chat; one a failed test left running is killed, so later tests have the
+    sound server to themselves."""
+    chats = []
+
+    def start(*args):
+        chats.append(Chat(tmp_path, *args))
+        return chats[-1]
+
+    yield start
+    for chat in chats:
+        if chat.process.poll() is None:
+            chat.process.kill()
+            chat.process.wait()
+
+
 def saved(tmp_path):
     from engine.history import HistoryStore, history_path
 
@@ -146,11 +173,10 @@ def saved(tmp_path):
 
 
 def test_chat_by_voice_prints_what_it_heard_and_the_reply_and_quits_on_ctrl_c(user_mic, speak, short_checkpoint,
-                                                                          whisper_dir, tmp_path):
+                                                                          whisper_dir, start_chat, tmp_path):
     """Hands-free: speech into the microphone is printed as heard, answered (printed, figures on stderr) and
     saved; Ctrl-C ends the command cleanly with exit code 0."""
-    chat = Chat(tmp_path, "--model", short_checkpoint, "--speaker", "ryan", "--whisper", whisper_dir,
-                "--silence-ms", 500)
+    chat = start_chat("--model", short_checkpoint, "--speaker", "ryan", "--whisper", whisper_dir, "--silence-ms", 500)
     chat.wait_line("err", "Ctrl-C quits")
     user_mic(speak(QUESTION)).wait()
     heard = chat.wait_line("out", "you: ")
@@ -164,9 +190,10 @@ def test_chat_by_voice_prints_what_it_heard_and_the_reply_and_quits_on_ctrl_c(us
     assert f"you: {user.text}\n" == heard and f"parley: {assistant.text}\n" == reply
 
 
-def test_chat_push_to_talk_takes_a_turn_between_two_enters(user_mic, speak, short_checkpoint, whisper_dir, tmp_path):
+def test_chat_push_to_talk_takes_a_turn_between_two_enters(user_mic, speak, short_checkpoint, whisper_dir, start_chat,
+                                                           tmp_path):
     """--push-to-talk: Enter starts a turn, the speech is heard, Enter ends it; Ctrl-D (end of input) quits."""
-    chat = Chat(tmp_path, "--push-to-talk", "--model", short_checkpoint, "--speaker", "ryan", "--whisper", whisper_dir)
+    chat = start_chat("--push-to-talk", "--model", short_checkpoint, "--speaker", "ryan", "--whisper", whisper_dir)
     chat.wait_line("err", "Ctrl-D quits")
     chat.send("\n")
     chat.wait_line("err", "talking")
