@@ -9,7 +9,7 @@ random checkpoint: 64 sampled frames, 4 a launch, after 8 of warm-up. Two rounds
 which a difference must beat; `--base HEAD` against an unchanged tree measures that spread alone.
 
     python bench/megakernel_ab.py --base main --size 0.6b
-    git archive main csrc/megakernel | tar -x -C .dev/main   # here; then, there: --base .dev/main/csrc/megakernel
+    mkdir -p .dev/main && git archive main csrc/megakernel | tar -x -C .dev/main   # then there: --base .dev/main/csrc/megakernel
 """
 
 from __future__ import annotations
