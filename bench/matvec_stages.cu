@@ -1,0 +1,257 @@
+// One stage of the megakernel's decode step, alone: a matvec of the 0.6B's shapes repeated in a persistent
+// cooperative grid (one block an SM, grid.sync() after each, weights cycled over 16 copies so that they come
+// from HBM, not L2), in the kernel's own design and in others, to see what a stage costs and what would
+// pay before building it into frames_kernel. Prints one markdown table; run by bench/matvec_stages.sh.
+//
+// Designs (x is the stage's input vector, written by the previous stage, so read after the barrier):
+//   kernel                csrc/megakernel as it is: x into shared memory (RMSNorm'd by the block), then
+//                         grid_matvec<R, Loads> as stack_step calls it
+//   rows first            all the warp's rows issued into registers before x is loaded: one round trip
+//                         for the weights, overlapping x's
+//   rows first by cp.async  the same rows copied into shared memory with cp.async (a lane reads back only
+//                         what it copied): no registers held for them
+//   x in lanes            rows first, and x held in registers in the lanes' layout (lane l: x[256 u + 8 l
+//                         + j]), normalized by each warp alone: no shared memory, no block reduction
+//   next rows before the barrier  x in lanes, and the next stage's rows loaded before grid.sync()
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "../csrc/megakernel/common.cuh"
+
+using namespace mk;
+
+struct Stage {
+  const __nv_bfloat16* w;  // `copies` matrices of (rows, K), one after another
+  int copies, rows, K, iters;
+  const float* x;             // (K) input
+  const __nv_bfloat16* norm;  // (K) RMSNorm weight, or null: x is used as it is
+  float* out;                 // (rows)
+  __device__ const __nv_bfloat16* matrix(int it) const { return w + static_cast<int64_t>(it % copies) * rows * K; }
+};
+
+enum Design { kBarrierOnly, kInputOnly, kKernel, kRowsFirst, kRowsFirstAsync, kLanes, kNextRowsEarly };
+
+// The warp's R rows gwarp + i * (all warps), each KP pieces of 256 weights, into registers.
+template <int R, int KP>
+__device__ __forceinline__ void load_rows(const Stage& s, const __nv_bfloat16* W, uint4 (&q)[R][KP]) {
+  const int lane = threadIdx.x & 31, warps = gridDim.x * kWarps, gwarp = blockIdx.x * kWarps + (threadIdx.x >> 5);
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int r = gwarp + i * warps;
+#pragma unroll
+    for (int u = 0; u < KP; ++u)
+      if (r < s.rows) q[i][u] = load_weights(W + static_cast<int64_t>(r) * s.K + u * 256 + lane * kVec);
+  }
+}
+
+// The same rows copied into this lane's slots of shared memory (R x KP 16-byte slots a lane, after x's K floats).
+template <int R, int KP>
+__device__ __forceinline__ void copy_rows(const Stage& s, const __nv_bfloat16* W, uint4* slots) {
+  const int lane = threadIdx.x & 31, warps = gridDim.x * kWarps, gwarp = blockIdx.x * kWarps + (threadIdx.x >> 5);
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int r = gwarp + i * warps;
+#pragma unroll
+    for (int u = 0; u < KP; ++u)
+      if (r < s.rows) {
+        const __nv_bfloat16* src = W + static_cast<int64_t>(r) * s.K + u * 256 + lane * kVec;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<unsigned>(
+                         __cvta_generic_to_shared(slots + (i * KP + u) * kThreads))),
+                     "l"(src)
+                     : "memory");
+      }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// dot(row, x) of those rows, x given per lane by xk(u) (a pointer to its 8 values), sums written by lane 0.
+template <int R, int KP, typename X>
+__device__ __forceinline__ void finish_rows(const Stage& s, const uint4 (&q)[R][KP], X xk) {
+  const int lane = threadIdx.x & 31, warps = gridDim.x * kWarps, gwarp = blockIdx.x * kWarps + (threadIdx.x >> 5);
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int r = gwarp + i * warps;
+    float acc = 0.f;
+#pragma unroll
+    for (int u = 0; u < KP; ++u) acc += dot8(q[i][u], xk(u));
+    acc = warp_sum(acc);
+    if (lane == 0 && r < s.rows) s.out[r] = acc;
+  }
+}
+
+// x (K = 1024) in the lanes' layout, RMSNorm'd by the warp where s.norm is set.
+__device__ __forceinline__ void load_lanes(const Stage& s, float (&x)[4][kVec]) {
+  const int lane = threadIdx.x & 31;
+  uint4 g[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const float4 a = *reinterpret_cast<const float4*>(s.x + u * 256 + lane * kVec);
+    const float4 b = *reinterpret_cast<const float4*>(s.x + u * 256 + lane * kVec + 4);
+    x[u][0] = a.x, x[u][1] = a.y, x[u][2] = a.z, x[u][3] = a.w, x[u][4] = b.x, x[u][5] = b.y, x[u][6] = b.z, x[u][7] = b.w;
+    if (s.norm != nullptr) g[u] = *reinterpret_cast<const uint4*>(s.norm + u * 256 + lane * kVec);
+  }
+  if (s.norm == nullptr) return;
+  float ss = 0.f;
+#pragma unroll
+  for (int u = 0; u < 4; ++u)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) ss += x[u][j] * x[u][j];
+  const float scale = rsqrtf(warp_sum(ss) / 1024 + 1e-6f);
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const __nv_bfloat162* gp = reinterpret_cast<const __nv_bfloat162*>(&g[u]);
+#pragma unroll
+    for (int j = 0; j < kVec / 2; ++j) {
+      const float2 f = __bfloat1622float2(gp[j]);
+      x[u][2 * j] *= scale * f.x;
+      x[u][2 * j + 1] *= scale * f.y;
+    }
+  }
+}
+
+__device__ __forceinline__ void load_input(const Stage& s, float* smem, float* scratch) {
+  if (s.norm != nullptr) load_normed(smem, s.x, s.norm, s.K, 1e-6f, scratch);
+  else load_shared(smem, s.x, s.K);
+}
+
+// R rows a warp cover the stage (rows <= R x all warps); KP = K / 256; MR, ML: the kernel's grid_matvec<MR, ML>.
+template <int D, int R, int KP, int MR, int ML>
+__global__ void __launch_bounds__(kThreads, 1) stage_kernel(Stage s) {
+  extern __shared__ float smem[];
+  __shared__ float scratch[kWarps];
+  cg::grid_group grid = cg::this_grid();
+  uint4 q[R][KP];
+  if constexpr (D == kNextRowsEarly) load_rows<R, KP>(s, s.matrix(0), q);
+  for (int it = 0; it < s.iters; ++it) {
+    const __nv_bfloat16* W = s.matrix(it);
+    if constexpr (D == kInputOnly) load_input(s, smem, scratch);
+    if constexpr (D == kKernel) {
+      load_input(s, smem, scratch);
+      grid_matvec<MR, ML>(s.rows, s.K, smem, [&](int r) { return W + static_cast<int64_t>(r) * s.K; },
+                          [&](int r, float d) { s.out[r] = d; });
+    }
+    if constexpr (D == kRowsFirst) {
+      load_rows<R, KP>(s, W, q);
+      load_input(s, smem, scratch);
+      finish_rows<R, KP>(s, q, [&](int u) { return smem + u * 256 + (threadIdx.x & 31) * kVec; });
+    }
+    if constexpr (D == kRowsFirstAsync) {
+      uint4* slots = reinterpret_cast<uint4*>(smem + s.K) + threadIdx.x;
+      copy_rows<R, KP>(s, W, slots);
+      load_input(s, smem, scratch);
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
+      const int lane = threadIdx.x & 31, warps = gridDim.x * kWarps, gwarp = blockIdx.x * kWarps + (threadIdx.x >> 5);
+#pragma unroll 1
+      for (int i = 0; i < R; ++i) {  // read back slot by slot: no registers held for the rows
+        const int r = gwarp + i * warps;
+        float acc = 0.f;
+#pragma unroll
+        for (int u = 0; u < KP; ++u) acc += dot8(slots[(i * KP + u) * kThreads], smem + u * 256 + lane * kVec);
+        acc = warp_sum(acc);
+        if (lane == 0 && r < s.rows) s.out[r] = acc;
+      }
+    }
+    if constexpr (D == kLanes || D == kNextRowsEarly) {
+      if constexpr (D == kLanes) load_rows<R, KP>(s, W, q);
+      float x[4][kVec];
+      load_lanes(s, x);
+      finish_rows<R, KP>(s, q, [&](int u) { return x[u]; });
+      if constexpr (D == kNextRowsEarly) load_rows<R, KP>(s, s.matrix(it + 1), q);
+    }
+    grid.sync();
+  }
+}
+
+#define CHECK(call)                                                                          \
+  do {                                                                                       \
+    const cudaError_t e_ = (call);                                                           \
+    if (e_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_));               \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+// Best of 4 timed launches (after one warm-up) of `iters` stages; us a stage.
+template <int D, int R, int KP, int MR, int ML>
+void row(const char* stage, const char* design, Stage s, int blocks) {
+  const void* kernel = reinterpret_cast<const void*>(stage_kernel<D, R, KP, MR, ML>);
+  const size_t smem = 4 * static_cast<size_t>(s.K) + (D == kRowsFirstAsync ? 16 * R * KP * kThreads : 0);
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  void* args[] = {&s};
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  float best = 1e30f;
+  for (int rep = 0; rep < 5; ++rep) {
+    CHECK(cudaEventRecord(start));
+    CHECK(cudaLaunchCooperativeKernel(kernel, blocks, kThreads, args, smem, nullptr));
+    CHECK(cudaEventRecord(stop));
+    CHECK(cudaEventSynchronize(stop));
+    float ms = 0.f;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (rep > 0 && ms < best) best = ms;
+  }
+  const double us = 1000.0 * best / s.iters, mb = 2.0 * s.rows * s.K / 1e6;
+  if (D == kBarrierOnly || D == kInputOnly) std::printf("| %s | %s | - | %.2f | - |\n", stage, design, us);
+  else std::printf("| %s | %s | %.1f | %.2f | %.0f |\n", stage, design, mb, us, mb * 1e3 / us);
+}
+
+int main() {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, grid %d x %d, 400 stages a launch, best of 4 launches\n\n", prop.name, sms, kThreads);
+  std::printf("| stage (rows x K) | design | MB | us a stage | GB/s |\n|---|---|---|---|---|\n");
+  if (sms * kWarps < 1024) {
+    std::fprintf(stderr, "this bench's row split assumes >= 1024 warps (128 SMs); this GPU has %d SMs\n", sms);
+    return 1;
+  }
+  const int copies = 16;
+  const size_t elems = static_cast<size_t>(copies) * 6144 * 1024;  // 16 copies of the largest, 192 MB
+  std::vector<__nv_bfloat16> host(1 << 20);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = __float2bfloat16(static_cast<float>((i * 2654435761u) % 1000) / 1000.f - 0.5f);
+  __nv_bfloat16 *w = nullptr, *norm = nullptr;
+  float *x = nullptr, *out = nullptr;
+  CHECK(cudaMalloc(&w, elems * 2));
+  for (size_t off = 0; off < elems; off += host.size())
+    CHECK(cudaMemcpy(w + off, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&norm, 2 * 3072));
+  CHECK(cudaMemcpy(norm, host.data(), 2 * 3072, cudaMemcpyHostToDevice));
+  const std::vector<float> ones(8192, 0.01f);
+  CHECK(cudaMalloc(&x, 4 * ones.size()));
+  CHECK(cudaMemcpy(x, ones.data(), 4 * ones.size(), cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&out, 4 * 8192));
+
+  const Stage normed{w, copies, 1, 1024, 400, x, norm, out};
+  row<kBarrierOnly, 1, 1, 1, 1>("-", "grid.sync() alone", normed, sms);
+  row<kInputOnly, 1, 1, 1, 1>("-", "x (1024) RMSNorm'd into shared memory + grid.sync()", normed, sms);
+
+  Stage a = normed;  // q/k/v
+  a.rows = 4096;
+  row<kKernel, 4, 4, 2, 8>("A q/k/v (4096 x 1024)", "kernel: grid_matvec<2, 8>", a, sms);
+  row<kRowsFirst, 4, 4, 1, 1>("A q/k/v (4096 x 1024)", "rows first, x in shared memory", a, sms);
+  row<kRowsFirstAsync, 4, 4, 1, 1>("A q/k/v (4096 x 1024)", "rows first by cp.async, x in shared memory", a, sms);
+  row<kLanes, 4, 4, 1, 1>("A q/k/v (4096 x 1024)", "rows first, x in lanes", a, sms);
+  row<kNextRowsEarly, 4, 4, 1, 1>("A q/k/v (4096 x 1024)", "x in lanes, next rows before the barrier", a, sms);
+
+  Stage d = normed;  // gate/up
+  d.rows = 6144;
+  row<kKernel, 6, 4, 2, 8>("D gate/up (6144 x 1024)", "kernel: grid_matvec<2, 8>", d, sms);
+  row<kRowsFirst, 6, 4, 1, 1>("D gate/up (6144 x 1024)", "rows first, x in shared memory", d, sms);
+  row<kRowsFirstAsync, 6, 4, 1, 1>("D gate/up (6144 x 1024)", "rows first by cp.async, x in shared memory", d, sms);
+  row<kLanes, 6, 4, 1, 1>("D gate/up (6144 x 1024)", "rows first, x in lanes", d, sms);
+  row<kNextRowsEarly, 6, 4, 1, 1>("D gate/up (6144 x 1024)", "x in lanes, next rows before the barrier", d, sms);
+
+  Stage c{w, copies, 1024, 2048, 400, x, nullptr, out};  // o_proj
+  row<kKernel, 1, 8, 1, 8>("C o_proj (1024 x 2048)", "kernel: grid_matvec<1, 8>", c, sms);
+  row<kRowsFirst, 1, 8, 1, 1>("C o_proj (1024 x 2048)", "rows first, x in shared memory", c, sms);
+  row<kRowsFirstAsync, 1, 8, 1, 1>("C o_proj (1024 x 2048)", "rows first by cp.async, x in shared memory", c, sms);
+
+  Stage e{w, copies, 1024, 3072, 400, x, nullptr, out};  // down
+  row<kKernel, 1, 12, 1, 12>("E down (1024 x 3072)", "kernel: grid_matvec<1, 12>", e, sms);
+  row<kRowsFirst, 1, 12, 1, 1>("E down (1024 x 3072)", "rows first, x in shared memory", e, sms);
+  row<kRowsFirstAsync, 1, 12, 1, 1>("E down (1024 x 3072)", "rows first by cp.async, x in shared memory", e, sms);
+  return 0;
+}
