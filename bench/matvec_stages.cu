@@ -231,6 +231,8 @@ int main() {
   Stage a = normed;  // q/k/v
   a.rows = 4096;
   row<kKernel, 4, 4, 2, 8>("A q/k/v (4096 x 1024)", "kernel: grid_matvec<2, 8>", a, sms);
+  row<kKernel, 4, 4, 3, 12>("A q/k/v (4096 x 1024)", "kernel's grid_matvec<3, 12>", a, sms);
+  row<kKernel, 4, 4, 4, 16>("A q/k/v (4096 x 1024)", "kernel's grid_matvec<4, 16>", a, sms);
   row<kRowsFirst, 4, 4, 1, 1>("A q/k/v (4096 x 1024)", "rows first, x in shared memory", a, sms);
   row<kRowsFirstAsync, 4, 4, 1, 1>("A q/k/v (4096 x 1024)", "rows first by cp.async, x in shared memory", a, sms);
   row<kLanes, 4, 4, 1, 1>("A q/k/v (4096 x 1024)", "rows first, x in lanes", a, sms);
@@ -239,6 +241,8 @@ int main() {
   Stage d = normed;  // gate/up
   d.rows = 6144;
   row<kKernel, 6, 4, 2, 8>("D gate/up (6144 x 1024)", "kernel: grid_matvec<2, 8>", d, sms);
+  row<kKernel, 6, 4, 3, 12>("D gate/up (6144 x 1024)", "kernel's grid_matvec<3, 12>", d, sms);
+  row<kKernel, 6, 4, 6, 24>("D gate/up (6144 x 1024)", "kernel's grid_matvec<6, 24>", d, sms);
   row<kRowsFirst, 6, 4, 1, 1>("D gate/up (6144 x 1024)", "rows first, x in shared memory", d, sms);
   row<kRowsFirstAsync, 6, 4, 1, 1>("D gate/up (6144 x 1024)", "rows first by cp.async, x in shared memory", d, sms);
   row<kLanes, 6, 4, 1, 1>("D gate/up (6144 x 1024)", "rows first, x in lanes", d, sms);
