@@ -30,15 +30,20 @@ struct Stage {
   __device__ const __nv_bfloat16* matrix(int it) const { return w + static_cast<int64_t>(it % copies) * rows * K; }
 };
 
+// Row i of this warp's share: rows gwarp, gwarp + all warps, gwarp + 2 x all warps, ...
+__device__ __forceinline__ int warp_row(int i) {
+  return blockIdx.x * kWarps + (threadIdx.x >> 5) + i * gridDim.x * kWarps;
+}
+
 enum Design { kBarrierOnly, kInputOnly, kKernel, kRowsFirst, kRowsFirstAsync, kLanes, kNextRowsEarly };
 
-// The warp's R rows gwarp + i * (all warps), each KP pieces of 256 weights, into registers.
+// The warp's R rows (warp_row), each KP pieces of 256 weights, into registers.
 template <int R, int KP>
 __device__ __forceinline__ void load_rows(const Stage& s, const __nv_bfloat16* W, uint4 (&q)[R][KP]) {
-  const int lane = threadIdx.x & 31, warps = gridDim.x * kWarps, gwarp = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < R; ++i) {
-    const int r = gwarp + i * warps;
+    const int r = warp_row(i);
 #pragma unroll
     for (int u = 0; u < KP; ++u)
       if (r < s.rows) q[i][u] = load_weights(W + static_cast<int64_t>(r) * s.K + u * 256 + lane * kVec);
@@ -48,10 +53,10 @@ __device__ __forceinline__ void load_rows(const Stage& s, const __nv_bfloat16* W
 // The same rows copied into this lane's slots of shared memory (R x KP 16-byte slots a lane, after x's K floats).
 template <int R, int KP>
 __device__ __forceinline__ void copy_rows(const Stage& s, const __nv_bfloat16* W, uint4* slots) {
-  const int lane = threadIdx.x & 31, warps = gridDim.x * kWarps, gwarp = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < R; ++i) {
-    const int r = gwarp + i * warps;
+    const int r = warp_row(i);
 #pragma unroll
     for (int u = 0; u < KP; ++u)
       if (r < s.rows) {
@@ -68,10 +73,10 @@ __device__ __forceinline__ void copy_rows(const Stage& s, const __nv_bfloat16* W
 // dot(row, x) of those rows, x given per lane by xk(u) (a pointer to its 8 values), sums written by lane 0.
 template <int R, int KP, typename X>
 __device__ __forceinline__ void finish_rows(const Stage& s, const uint4 (&q)[R][KP], X xk) {
-  const int lane = threadIdx.x & 31, warps = gridDim.x * kWarps, gwarp = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < R; ++i) {
-    const int r = gwarp + i * warps;
+    const int r = warp_row(i);
     float acc = 0.f;
 #pragma unroll
     for (int u = 0; u < KP; ++u) acc += dot8(q[i][u], xk(u));
@@ -141,10 +146,10 @@ __global__ void __launch_bounds__(kThreads, 1) stage_kernel(Stage s) {
       copy_rows<R, KP>(s, W, slots);
       load_input(s, smem, scratch);
       asm volatile("cp.async.wait_group 0;" ::: "memory");
-      const int lane = threadIdx.x & 31, warps = gridDim.x * kWarps, gwarp = blockIdx.x * kWarps + (threadIdx.x >> 5);
+      const int lane = threadIdx.x & 31;
 #pragma unroll 1
       for (int i = 0; i < R; ++i) {  // read back slot by slot: no registers held for the rows
-        const int r = gwarp + i * warps;
+        const int r = warp_row(i);
         float acc = 0.f;
 #pragma unroll
         for (int u = 0; u < KP; ++u) acc += dot8(slots[(i * KP + u) * kThreads], smem + u * 256 + lane * kVec);
@@ -192,9 +197,36 @@ void row(const char* stage, const char* design, Stage s, int blocks) {
     CHECK(cudaEventElapsedTime(&ms, start, stop));
     if (rep > 0 && ms < best) best = ms;
   }
+  CHECK(cudaEventDestroy(start));
+  CHECK(cudaEventDestroy(stop));
   const double us = 1000.0 * best / s.iters, mb = 2.0 * s.rows * s.K / 1e6;
   if (D == kBarrierOnly || D == kInputOnly) std::printf("| %s | %s | - | %.2f | - |\n", stage, design, us);
   else std::printf("| %s | %s | %.1f | %.2f | %.0f |\n", stage, design, mb, us, mb * 1e3 / us);
+}
+
+// A stage whose input is RMSNorm'd (K = 1024), R rows a warp covering it: the kernel's grid_matvec at 2, 3 and
+// R rows a batch, then the other designs.
+template <int R>
+void normed_designs(const char* stage, const Stage& s, int sms) {
+  char whole[64];
+  std::snprintf(whole, sizeof whole, "kernel: grid_matvec<%d, %d>", R, 4 * R);
+  row<kKernel, R, 4, 2, 8>(stage, "kernel: grid_matvec<2, 8>", s, sms);
+  row<kKernel, R, 4, 3, 12>(stage, "kernel: grid_matvec<3, 12>", s, sms);
+  row<kKernel, R, 4, R, 4 * R>(stage, whole, s, sms);
+  row<kRowsFirst, R, 4, 1, 1>(stage, "rows first, x in shared memory", s, sms);
+  row<kRowsFirstAsync, R, 4, 1, 1>(stage, "rows first by cp.async, x in shared memory", s, sms);
+  row<kLanes, R, 4, 1, 1>(stage, "rows first, x in lanes", s, sms);
+  row<kNextRowsEarly, R, 4, 1, 1>(stage, "x in lanes, next rows before the barrier", s, sms);
+}
+
+// A stage whose input is used as it is, a row a warp of KP pieces (the kernel's grid_matvec<1, KP>).
+template <int KP>
+void plain_designs(const char* stage, const Stage& s, int sms) {
+  char kernel[64];
+  std::snprintf(kernel, sizeof kernel, "kernel: grid_matvec<1, %d>", KP);
+  row<kKernel, 1, KP, 1, KP>(stage, kernel, s, sms);
+  row<kRowsFirst, 1, KP, 1, 1>(stage, "rows first, x in shared memory", s, sms);
+  row<kRowsFirstAsync, 1, KP, 1, 1>(stage, "rows first by cp.async, x in shared memory", s, sms);
 }
 
 int main() {
@@ -230,32 +262,11 @@ int main() {
 
   Stage a = normed;  // q/k/v
   a.rows = 4096;
-  row<kKernel, 4, 4, 2, 8>("A q/k/v (4096 x 1024)", "kernel: grid_matvec<2, 8>", a, sms);
-  row<kKernel, 4, 4, 3, 12>("A q/k/v (4096 x 1024)", "kernel's grid_matvec<3, 12>", a, sms);
-  row<kKernel, 4, 4, 4, 16>("A q/k/v (4096 x 1024)", "kernel's grid_matvec<4, 16>", a, sms);
-  row<kRowsFirst, 4, 4, 1, 1>("A q/k/v (4096 x 1024)", "rows first, x in shared memory", a, sms);
-  row<kRowsFirstAsync, 4, 4, 1, 1>("A q/k/v (4096 x 1024)", "rows first by cp.async, x in shared memory", a, sms);
-  row<kLanes, 4, 4, 1, 1>("A q/k/v (4096 x 1024)", "rows first, x in lanes", a, sms);
-  row<kNextRowsEarly, 4, 4, 1, 1>("A q/k/v (4096 x 1024)", "x in lanes, next rows before the barrier", a, sms);
-
+  normed_designs<4>("A q/k/v (4096 x 1024)", a, sms);
   Stage d = normed;  // gate/up
   d.rows = 6144;
-  row<kKernel, 6, 4, 2, 8>("D gate/up (6144 x 1024)", "kernel: grid_matvec<2, 8>", d, sms);
-  row<kKernel, 6, 4, 3, 12>("D gate/up (6144 x 1024)", "kernel's grid_matvec<3, 12>", d, sms);
-  row<kKernel, 6, 4, 6, 24>("D gate/up (6144 x 1024)", "kernel's grid_matvec<6, 24>", d, sms);
-  row<kRowsFirst, 6, 4, 1, 1>("D gate/up (6144 x 1024)", "rows first, x in shared memory", d, sms);
-  row<kRowsFirstAsync, 6, 4, 1, 1>("D gate/up (6144 x 1024)", "rows first by cp.async, x in shared memory", d, sms);
-  row<kLanes, 6, 4, 1, 1>("D gate/up (6144 x 1024)", "rows first, x in lanes", d, sms);
-  row<kNextRowsEarly, 6, 4, 1, 1>("D gate/up (6144 x 1024)", "x in lanes, next rows before the barrier", d, sms);
-
-  Stage c{w, copies, 1024, 2048, 400, x, nullptr, out};  // o_proj
-  row<kKernel, 1, 8, 1, 8>("C o_proj (1024 x 2048)", "kernel: grid_matvec<1, 8>", c, sms);
-  row<kRowsFirst, 1, 8, 1, 1>("C o_proj (1024 x 2048)", "rows first, x in shared memory", c, sms);
-  row<kRowsFirstAsync, 1, 8, 1, 1>("C o_proj (1024 x 2048)", "rows first by cp.async, x in shared memory", c, sms);
-
-  Stage e{w, copies, 1024, 3072, 400, x, nullptr, out};  // down
-  row<kKernel, 1, 12, 1, 12>("E down (1024 x 3072)", "kernel: grid_matvec<1, 12>", e, sms);
-  row<kRowsFirst, 1, 12, 1, 1>("E down (1024 x 3072)", "rows first, x in shared memory", e, sms);
-  row<kRowsFirstAsync, 1, 12, 1, 1>("E down (1024 x 3072)", "rows first by cp.async, x in shared memory", e, sms);
+  normed_designs<6>("D gate/up (6144 x 1024)", d, sms);
+  plain_designs<8>("C o_proj (1024 x 2048)", Stage{w, copies, 1024, 2048, 400, x, nullptr, out}, sms);
+  plain_designs<12>("E down (1024 x 3072)", Stage{w, copies, 1024, 3072, 400, x, nullptr, out}, sms);
   return 0;
 }

@@ -77,8 +77,9 @@ class Region:
 
     kernel: str
     function: str
-    live: list[int] = field(default_factory=list)  # live registers at each instruction
-    peak_at: str = ""  # the instruction where the most are live
+    instructions: int = 0
+    peak: int = -1  # the most registers live at one instruction ...
+    peak_at: str = ""  # ... and that instruction
     at_barriers: list[int] = field(default_factory=list)  # live registers at each BAR.SYNC
 
 
@@ -92,12 +93,12 @@ def regions(listing: str) -> list[Region]:
             found.append(Region(found[-1].kernel, match.group(2)))
         elif (match := _INSTRUCTION.match(line)) and found:
             region, count, text = found[-1], int(match.group(3)), match.group(2)
-            if not region.live or count > max(region.live):
-                region.peak_at = f"{match.group(1)}: {text}"
-            region.live.append(count)
+            region.instructions += 1
+            if count > region.peak:
+                region.peak, region.peak_at = count, f"{match.group(1)}: {text}"
             if "BAR.SYNC" in text:
                 region.at_barriers.append(count)
-    return [r for r in found if r.live]
+    return [r for r in found if r.instructions]
 
 
 def demangled(names: list[str]) -> dict[str, str]:
@@ -127,7 +128,7 @@ def main() -> int:
             continue
         bars = (f"{min(r.at_barriers)} / {statistics.median(r.at_barriers):.0f} / {max(r.at_barriers)}"
                 if r.at_barriers else "-")
-        print(f"| {names[r.kernel]} | {names.get(r.function, r.function)} | {len(r.live)} | {max(r.live)} | {bars} "
+        print(f"| {names[r.kernel]} | {names.get(r.function, r.function)} | {r.instructions} | {r.peak} | {bars} "
               f"| `{r.peak_at[:70]}` |")
     return 0
 
