@@ -25,6 +25,10 @@ from engine.voice import (
 WAIT_S = 120  # generous: the null sinks run slow and the machine is shared
 CLAUSES = ClauseOptions(min_first_words=1, min_words=2)
 QUESTION = "Tell me about the weather today."  # espeak + Whisper base hear this word for word
+# Whisper base heard these two, one after the other, word for word in 30 of 30 windows cut as the VAD cuts them,
+# under a hum of random phase. Such margins must be measured: with "Tell me about the weather. And what is on the
+# news tonight." one window gave "wherever" at 6 of 30 hum phases.
+SECOND_QUESTION = "What time is it in London?"
 VAD = VadOptions(silence_ms=500)
 
 
@@ -417,10 +421,10 @@ def test_a_voice_resumed_within_the_silence_window_makes_the_early_text_stale_an
     loop, events = run_loop(dialogue, mic)
     with loop:
         # espeak ends a sentence with 0.39 s of silence: more than tail_ms and a block, less than VAD.silence_ms
-        user_mic(np.concatenate([speak("Tell me about the weather."), speak("And what is on the news tonight.")]))
+        user_mic(np.concatenate([speak(QUESTION), speak(SECOND_QUESTION)]))
         heard = events.wait_for(Heard)
         finished = events.wait_for(TurnFinished)
-    assert "weather" in heard.text.lower() and "what is on" in heard.text.lower(), heard.text
+    assert "weather" in heard.text.lower() and "london" in heard.text.lower(), heard.text
     assert finished.result.user_text == heard.text and len(events.of(Heard)) == 1
     lengths = [n for _, n in recording.calls]
     assert len(lengths) >= 2 and lengths[-1] > lengths[0]  # the first part alone, then the whole turn
