@@ -11,7 +11,8 @@ import threading
 import numpy as np
 import pytest
 
-QUESTION = "Tell me about the weather today."  # espeak + Whisper base hear this word for word
+from tests.conftest import QUESTION, QUESTION_WORD
+
 WAIT_S = 180
 
 def run_chat(tmp_path, stdin, *args):
@@ -184,7 +185,7 @@ def test_chat_by_voice_prints_what_it_heard_and_the_reply_and_quits_on_ctrl_c(us
     figures = chat.wait_line("err", "voice_to_voice_ms")
     chat.process.send_signal(signal.SIGINT)
     assert chat.process.wait(timeout=60) == 0
-    assert "weather" in heard.lower() and reply.removeprefix("parley: ").strip()
+    assert QUESTION_WORD in heard.lower() and reply.removeprefix("parley: ").strip()
     assert "stt_ms" in figures and "tts_ttfc_ms" in figures
     user, assistant = saved(tmp_path)
     assert f"you: {user.text}\n" == heard and f"parley: {assistant.text}\n" == reply
@@ -204,7 +205,7 @@ def test_chat_push_to_talk_takes_a_turn_between_two_enters(user_mic, speak, shor
     chat.wait_line("out", "parley: ")
     chat.process.stdin.close()
     assert chat.process.wait(timeout=60) == 0
-    assert "weather" in heard.lower()
+    assert QUESTION_WORD in heard.lower()
 
 
 def test_chat_by_voice_names_a_missing_microphone(sound_server, short_checkpoint, whisper_dir, tmp_path):

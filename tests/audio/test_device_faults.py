@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.errors import AudioDeviceError, AudioDeviceLostError
-from tests.conftest import MIC_RATE_HZ, NULL_SINK_RATE_HZ, hum
+from tests.conftest import MIC_RATE_HZ, NULL_SINK_RATE_HZ, QUESTION, QUESTION_WORD, hum
 
 WAIT_S = 120  # generous: the null sinks run slow and the machine is shared
 
@@ -243,13 +243,13 @@ def test_a_headset_unplugged_mid_sentence_keeps_what_was_said_and_the_loop_liste
             events.wait_for(DeviceRestored, kind="output")
             plugs.route("vsink", "headmic.monitor")
             played = player.stats().frames_played
-            play_into("headmic", plugs, speak("Tell me about the weather today."))
+            play_into("headmic", plugs, speak(QUESTION))
             finished = events.wait_for(TurnFinished)
         turns = saved(dialogue)
 
     assert mic_lost.message.startswith("the microphone was disconnected: input device 'default'")
     assert heard.text.strip() and isinstance(failed.error, AudioDeviceLostError) and failed.error.kind == "output"
-    assert "weather" in finished.result.user_text.lower() and player.stats().frames_played > played
+    assert QUESTION_WORD in finished.result.user_text.lower() and player.stats().frames_played > played
     cut_user, cut_reply, user, reply = turns
     assert cut_user.text == heard.text and cut_reply.interrupted and cut_reply.heard_text == ""
     assert (user.text, reply.text) == (finished.result.user_text, finished.result.reply_text)
