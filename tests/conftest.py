@@ -219,7 +219,7 @@ def smollm2_path():
         pytest.skip(str(e))
 
 
-# -- the user's voice into a microphone (tests/test_voice.py, tests/test_cli.py)
+# -- the user's voice into a microphone (tests/test_voice.py, tests/test_cli.py, tests/app, tests/audio)
 
 MIC_RATE_HZ = 16_000  # what the user's speech is played at (engine/stt SAMPLE_RATE_HZ)
 # What the user says into the microphone in the live-audio tests, and the word its transcript must hold. Whisper
