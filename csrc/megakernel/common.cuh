@@ -88,7 +88,9 @@ __device__ __forceinline__ void warp_dot(Row row, int r, int n, int K, const flo
 #pragma unroll
       for (int u = 0; u < kPerRow; ++u) {
         const int k = base + u * 32 * kVec;
-        if (i < n && k < K) a[i][u] = load_weights(w[i] + k);
+        // a full definition, not a predicated load: a register a predicated load may leave unwritten keeps its
+        // old value, so every batch array of the step stayed live through all its stages (255 registers)
+        a[i][u] = i < n && k < K ? load_weights(w[i] + k) : make_uint4(0u, 0u, 0u, 0u);
       }
 #pragma unroll
     for (int i = 0; i < R; ++i)
