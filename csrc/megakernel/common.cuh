@@ -67,22 +67,27 @@ __device__ __forceinline__ uint4 load_weights(const __nv_bfloat16* w) {
   return r;
 }
 
-// acc[i] = dot(row(r + i)[:K], x) for i < n <= R by one warp; K % 8 == 0, x in shared memory. The R rows'
+// out(r, dot(row(r)[:K], x)) for r in [0, rows), R rows per warp at a time over all the grid's warps;
+// row(r) gives the weight row's address, out is called by lane 0 in row order. prepare() fills x, the
+// block's input vector in shared memory (a whole-block step ending with __syncthreads), after each warp has
+// issued its first batch of loads, so the weights' round trip overlaps the vector's. A warp's R rows'
 // 16-byte loads, Loads / R of each a lane, are issued before any is used: a stage is bound by how many
 // bytes are on their way from HBM, and a row that fits in one batch costs one round trip. A lane sums its
-// weights in k order whatever R and Loads are, so the result does not depend on them.
-template <int R, int Loads, typename Row>
-__device__ __forceinline__ void warp_dot(Row row, int r, int n, int K, const float* x, float (&acc)[R]) {
-  constexpr int kPerRow = Loads / R;
-  const int lane = threadIdx.x & 31;
+// weights in k order whatever R and Loads are, so the result does not depend on them. A call site picks
+// R and Loads for its shape: few rounds of R rows over the grid's warps, few batches of a row, within the
+// registers its kernel has left (csrc/megakernel/build.sh reports spills).
+template <int R = 2, int Loads = 8, typename Row, typename Prepare, typename Out>
+__device__ __forceinline__ void grid_matvec(int rows, int K, const float* x, Row row, Prepare prepare, Out out) {
+  constexpr int kPerRow = Loads / R, kBatch = 32 * kVec * kPerRow;  // weights of a row a batch covers
+  const int lane = threadIdx.x & 31, step = R * gridDim.x * kWarps;
+  int r = R * (blockIdx.x * kWarps + (threadIdx.x >> 5)), base = lane * kVec;
   const __nv_bfloat16* w[R];
+  uint4 a[R][kPerRow];
+  auto start_rows = [&] {
 #pragma unroll
-  for (int i = 0; i < R; ++i) {
-    w[i] = i < n ? row(r + i) : nullptr;
-    acc[i] = 0.f;
-  }
-  for (int base = lane * kVec; base < K; base += 32 * kVec * kPerRow) {
-    uint4 a[R][kPerRow];
+    for (int i = 0; i < R; ++i) w[i] = r + i < rows ? row(r + i) : nullptr;
+  };
+  auto issue = [&] {  // the batch at `base` of the rows in w
 #pragma unroll
     for (int i = 0; i < R; ++i)
 #pragma unroll
@@ -90,37 +95,38 @@ __device__ __forceinline__ void warp_dot(Row row, int r, int n, int K, const flo
         const int k = base + u * 32 * kVec;
         // a full definition, not a predicated load: a register a predicated load may leave unwritten keeps its
         // old value, so every batch array of the step stayed live through all its stages (255 registers)
-        a[i][u] = i < n && k < K ? load_weights(w[i] + k) : make_uint4(0u, 0u, 0u, 0u);
+        a[i][u] = w[i] != nullptr && k < K ? load_weights(w[i] + k) : make_uint4(0u, 0u, 0u, 0u);
       }
-#pragma unroll
-    for (int i = 0; i < R; ++i)
-#pragma unroll
-      for (int u = 0; u < kPerRow; ++u) {
-        const int k = base + u * 32 * kVec;
-        if (i < n && k < K) acc[i] += dot8(a[i][u], x + k);
-      }
-  }
-#pragma unroll
-  for (int i = 0; i < R; ++i) acc[i] = warp_sum(acc[i]);
-}
-
-// out(r, dot(row(r), x)) for r in [0, rows), R rows per warp at a time over all the grid's warps;
-// row(r) gives the weight row's address, out is called by lane 0 in row order. A call site picks R and
-// Loads for its shape: few rounds of R rows over the grid's warps, few batches of a row, within the
-// registers its kernel has left (csrc/megakernel/build.sh reports spills).
-template <int R = 2, int Loads = 8, typename Row, typename Out>
-__device__ __forceinline__ void grid_matvec(int rows, int K, const float* x, Row row, Out out) {
-  const int warps_total = gridDim.x * kWarps;
-  const int gwarp = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  for (int r = R * gwarp; r < rows; r += R * warps_total) {
-    const int n = min(R, rows - r);
+  };
+  start_rows();
+  issue();
+  prepare();
+  while (r < rows) {
     float acc[R];
-    warp_dot<R, Loads>(row, r, n, K, x, acc);
-    if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = 0.f;
+    for (;;) {
 #pragma unroll
       for (int i = 0; i < R; ++i)
-        if (i < n) out(r + i, acc[i]);
+#pragma unroll
+        for (int u = 0; u < kPerRow; ++u) {
+          const int k = base + u * 32 * kVec;
+          if (w[i] != nullptr && k < K) acc[i] += dot8(a[i][u], x + k);
+        }
+      if ((base += kBatch) >= K) break;
+      issue();
     }
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = warp_sum(acc[i]);
+    if (lane == 0) {
+#pragma unroll
+      for (int i = 0; i < R; ++i)
+        if (w[i] != nullptr) out(r + i, acc[i]);
+    }
+    r += step;
+    base = lane * kVec;
+    start_rows();
+    issue();
   }
 }
 

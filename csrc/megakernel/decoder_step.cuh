@@ -147,30 +147,30 @@ __device__ __noinline__ void stack_step(const StackParams& p, int pos, const flo
   const int H = p.hidden, D = p.head_dim, NH = p.num_heads, NKV = p.num_kv_heads, I = p.intermediate;
   const int q_rows = NH * D, kv_rows = NKV * D;
   for (int l = 0; l < p.num_layers; ++l) {
-    const LayerWeights w = p.layers[l];
+    const LayerWeights& w = p.layers[l];  // in shared memory: no registers held across the layer
     const float* residual = l == 0 ? x_in : p.x;
-    // A
-    load_normed(smem, residual, w.input_norm, H, p.eps, scratch);
-    grid_matvec(
+    // A: a warp's 4 rows (the 0.6B's whole share) in one batch
+    grid_matvec<4, 16>(
         q_rows + 2 * kv_rows, H, smem,
         [&](int r) {
           return r < q_rows ? row_of(w.q, r, H)
                             : (r < q_rows + kv_rows ? row_of(w.k, r - q_rows, H) : row_of(w.v, r - q_rows - kv_rows, H));
         },
-        [&](int r, float d) { p.qkv[r] = d; });
+        [&] { load_normed(smem, residual, w.input_norm, H, p.eps, scratch); }, [&](int r, float d) { p.qkv[r] = d; });
     barrier(grid, tag + 0);
     // B
     for (int h = blockIdx.x; h < NH; h += gridDim.x) attention_head(p, w, l, pos, h, smem, scratch);
     barrier(grid, tag + 1);
     // C
-    load_shared(smem, p.attn, NH * D);
-    grid_matvec<1, 8>(H, NH * D, smem, [&](int r) { return row_of(w.o, r, NH * D); },
-                [&](int r, float d) { p.x[r] = residual[r] + d; });
+    grid_matvec<1, 8>(
+        H, NH * D, smem, [&](int r) { return row_of(w.o, r, NH * D); }, [&] { load_shared(smem, p.attn, NH * D); },
+        [&](int r, float d) { p.x[r] = residual[r] + d; });
     barrier(grid, tag + 2);
-    // D: gate and up rows of one index go to the same warp, so SiLU(g) * u needs no exchange
-    load_normed(smem, p.x, w.post_norm, H, p.eps, scratch);
-    grid_matvec(
+    // D: a warp's 6 rows in one batch; gate and up rows of one index go to the same warp, so SiLU(g) * u
+    // needs no exchange
+    grid_matvec<6, 24>(
         2 * I, H, smem, [&](int r) { return row_of(r % 2 ? w.up : w.gate, r / 2, H); },
+        [&] { load_normed(smem, p.x, w.post_norm, H, p.eps, scratch); },
         [&](int r, float d) {
           // lane 0 sees gate (even r) then up (odd r) of row r / 2
           if (r % 2 == 0) p.mlp[r / 2] = d / (1.0f + __expf(-d));
@@ -178,8 +178,9 @@ __device__ __noinline__ void stack_step(const StackParams& p, int pos, const flo
         });
     barrier(grid, tag + 3);
     // E
-    load_shared(smem, p.mlp, I);
-    grid_matvec<1, 12>(H, I, smem, [&](int r) { return row_of(w.down, r, I); }, [&](int r, float d) { p.x[r] += d; });
+    grid_matvec<1, 12>(
+        H, I, smem, [&](int r) { return row_of(w.down, r, I); }, [&] { load_shared(smem, p.mlp, I); },
+        [&](int r, float d) { p.x[r] += d; });
     barrier(grid, tag + 4);
   }
 }

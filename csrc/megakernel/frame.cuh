@@ -148,27 +148,28 @@ __device__ const float* predictor_input(const FrameParams& p, const float* src, 
   if (p.proj_w == nullptr) return src;
   cg::grid_group grid = cg::this_grid();
   const int H = p.talker.hidden;
-  load_shared(smem, src, H);
-  grid_matvec(p.predictor.hidden, H, smem, [&](int r) { return row_of(p.proj_w, r, H); },
-              [&](int r, float d) { p.predictor_in[r] = d + __bfloat162float(p.proj_b[r]); });
+  grid_matvec(
+      p.predictor.hidden, H, smem, [&](int r) { return row_of(p.proj_w, r, H); }, [&] { load_shared(smem, src, H); },
+      [&](int r, float d) { p.predictor_in[r] = d + __bfloat162float(p.proj_b[r]); });
   barrier(grid, kProjection);
   return p.predictor_in;
 }
 
-// Logits of one head over the grid (its input x in every block's shared memory, smem), then block 0
-// picks into *slot, reusing smem for the logits (x is spent by then). Ends with a barrier, after which
-// *slot is visible to every block.
-template <typename Prepare>
+// Logits of one head over the grid (its input x put in every block's shared memory, smem, by prepare_x),
+// then block 0 adjusts them and picks into *slot, reusing smem for the logits (x is spent by then). Ends
+// with a barrier, after which *slot is visible to every block.
+template <typename PrepareX, typename Adjust>
 __device__ int64_t head_and_pick(const __nv_bfloat16* W, int vocab, int K, PickParams pp, uint32_t key,
                                  int64_t* slot, float* smem, PickScratch& s, const FrameParams& p, int tag,
-                                 Prepare prepare) {
+                                 PrepareX prepare_x, Adjust adjust) {
   cg::grid_group grid = cg::this_grid();
-  grid_matvec(vocab, K, smem, [&](int r) { return row_of(W, r, K); }, [&](int r, float d) { p.logits[r] = d; });
+  grid_matvec(vocab, K, smem, [&](int r) { return row_of(W, r, K); }, prepare_x,
+              [&](int r, float d) { p.logits[r] = d; });
   barrier(grid, tag);
   if (blockIdx.x == 0) {
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) smem[i] = __ldcg(p.logits + i);
     __syncthreads();
-    prepare(smem);
+    adjust(smem);
     const int code = pick(smem, vocab, pp, key, s);
     if (threadIdx.x == 0) *slot = code;
     __syncthreads();
@@ -184,18 +185,18 @@ __device__ void frames_body(const FrameParams& p, float* smem, float* scratch, P
   for (int f = 0; f < p.frames; ++f) {
     const int frame = p.frame0 + f;
     int64_t* codes = p.codes + static_cast<int64_t>(f) * G;
-    if (f > 0 || p.advance_first) {
-      stack_step(p.talker, pos++, p.talker_in, smem, scratch, kTalker);
-      final_norm_shared(p.talker, smem, scratch);
-      if (blockIdx.x == 0)  // the predictor's first input, read after the next barrier
-        for (int i = threadIdx.x; i < H; i += blockDim.x) p.hidden[i] = smem[i];
-    } else {
-      load_shared(smem, p.hidden, H);
-    }
+    const bool step = f > 0 || p.advance_first;
+    if (step) stack_step(p.talker, pos++, p.talker_in, smem, scratch, kTalker);
     // codebook 0: codec head, repetition penalty over the codes so far, suppress mask, EOS held back
     // until min_frames (sampling.py Sampler.talker)
     const int64_t code0 = head_and_pick(
         p.codec_head, p.talker_vocab, H, p.talker_pick, draw_key(p.seed, frame, 0), codes, smem, s, p, kCodecHead,
+        [&] {
+          if (!step) return load_shared(smem, p.hidden, H);
+          final_norm_shared(p.talker, smem, scratch);
+          if (blockIdx.x == 0)  // the predictor's first input, read after the head's barrier
+            for (int i = threadIdx.x; i < H; i += blockDim.x) p.hidden[i] = smem[i];
+        },
         [&](float* v) {
           const float penalty = p.repetition_penalty;
           for (int i = threadIdx.x; i < p.talker_vocab; i += blockDim.x) {
@@ -218,10 +219,10 @@ __device__ void frames_body(const FrameParams& p, float* smem, float* scratch, P
     stack_step(p.predictor, 0, predictor_input(p, p.hidden, smem), smem, scratch, kPredictor);
     for (int g = 1; g < G; ++g) {
       stack_step(p.predictor, g, predictor_input(p, p.predictor_src, smem), smem, scratch, kPredictor);
-      final_norm_shared(p.predictor, smem, scratch);
       const int64_t code = head_and_pick(
           reinterpret_cast<const __nv_bfloat16*>(p.predictor_heads[g - 1]), p.predictor_vocab, p.predictor.hidden,
-          p.predictor_pick, draw_key(p.seed, frame, g), codes + g, smem, s, p, kPredictorHead, [](float*) {});
+          p.predictor_pick, draw_key(p.seed, frame, g), codes + g, smem, s, p, kPredictorHead,
+          [&] { final_norm_shared(p.predictor, smem, scratch); }, [](float*) {});
       if (g + 1 < G) {
         if (blockIdx.x == 0) embedding_row(p, g, code, p.predictor_src);
         barrier(grid, kEmbedding);
