@@ -4,8 +4,8 @@
 // pay before building it into frames_kernel. Prints one markdown table; run by bench/matvec_stages.sh.
 //
 // Designs (x is the stage's input vector, written by the previous stage, so read after the barrier):
-//   kernel                csrc/megakernel as it is: x into shared memory (RMSNorm'd by the block), then
-//                         grid_matvec<R, Loads> as stack_step calls it
+//   kernel                csrc/megakernel as it is: grid_matvec<R, Loads> as stack_step calls it, x put into
+//                         shared memory (RMSNorm'd by the block) after each warp's first batch is issued
 //   rows first            all the warp's rows issued into registers before x is loaded: one round trip
 //                         for the weights, overlapping x's
 //   rows first by cp.async  the same rows copied into shared memory with cp.async (a lane reads back only
@@ -131,11 +131,10 @@ __global__ void __launch_bounds__(kThreads, 1) stage_kernel(Stage s) {
   for (int it = 0; it < s.iters; ++it) {
     const __nv_bfloat16* W = s.matrix(it);
     if constexpr (D == kInputOnly) load_input(s, smem, scratch);
-    if constexpr (D == kKernel) {
-      load_input(s, smem, scratch);
-      grid_matvec<MR, ML>(s.rows, s.K, smem, [&](int r) { return W + static_cast<int64_t>(r) * s.K; },
-                          [&](int r, float d) { s.out[r] = d; });
-    }
+    if constexpr (D == kKernel)
+      grid_matvec<MR, ML>(
+          s.rows, s.K, smem, [&](int r) { return W + static_cast<int64_t>(r) * s.K; },
+          [&] { load_input(s, smem, scratch); }, [&](int r, float d) { s.out[r] = d; });
     if constexpr (D == kRowsFirst) {
       load_rows<R, KP>(s, W, q);
       load_input(s, smem, scratch);
