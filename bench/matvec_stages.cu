@@ -13,6 +13,9 @@
 //   x in lanes            rows first, and x held in registers in the lanes' layout (lane l: x[256 u + 8 l
 //                         + j]), normalized by each warp alone: no shared memory, no block reduction
 //   next rows before the barrier  x in lanes, and the next stage's rows loaded before grid.sync()
+// and two barriers: cooperative groups' grid.sync() (its thread 0 fences with __threadfence, fence.sc, then adds
+// to a counter), and a release/acquire barrier (thread 0 adds with atom.release, spins with ld.acquire), alone
+// and after the kernel's design.
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -35,7 +38,26 @@ __device__ __forceinline__ int warp_row(int i) {
   return blockIdx.x * kWarps + (threadIdx.x >> 5) + i * gridDim.x * kWarps;
 }
 
-enum Design { kBarrierOnly, kInputOnly, kKernel, kRowsFirst, kRowsFirstAsync, kLanes, kNextRowsEarly };
+enum Design { kBarrierOnly, kReleaseBarrierOnly, kInputOnly, kKernel, kKernelRelease, kRowsFirst, kRowsFirstAsync,
+              kLanes, kNextRowsEarly };
+
+// A grid barrier as cooperative groups' (one add a block to a counter whose top bit flips once all have added:
+// block 0 adds 2^31 - (gridDim.x - 1), the others 1), with release/acquire atomics in place of its fences: after
+// the block's __syncthreads, thread 0 adds with release semantics (the block's writes, ordered before it by the
+// __syncthreads, become visible first) and waits for the flip with acquire loads.
+__device__ unsigned int g_arrived;
+
+__device__ __forceinline__ void release_acquire_sync() {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+    unsigned int found, now;
+    asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;" : "=r"(found) : "l"(&g_arrived), "r"(add) : "memory");
+    do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(&g_arrived) : "memory");
+    while (((found ^ now) & 0x80000000u) == 0);
+  }
+  __syncthreads();
+}
 
 // The warp's R rows (warp_row), each KP pieces of 256 weights, into registers.
 template <int R, int KP>
@@ -131,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, 1) stage_kernel(Stage s) {
   for (int it = 0; it < s.iters; ++it) {
     const __nv_bfloat16* W = s.matrix(it);
     if constexpr (D == kInputOnly) load_input(s, smem, scratch);
-    if constexpr (D == kKernel)
+    if constexpr (D == kKernel || D == kKernelRelease)
       grid_matvec<MR, ML>(
           s.rows, s.K, smem, [&](int r) { return W + static_cast<int64_t>(r) * s.K; },
           [&] { load_input(s, smem, scratch); }, [&](int r, float d) { s.out[r] = d; });
@@ -163,7 +185,8 @@ __global__ void __launch_bounds__(kThreads, 1) stage_kernel(Stage s) {
       finish_rows<R, KP>(s, q, [&](int u) { return x[u]; });
       if constexpr (D == kNextRowsEarly) load_rows<R, KP>(s, s.matrix(it + 1), q);
     }
-    grid.sync();
+    if constexpr (D == kReleaseBarrierOnly || D == kKernelRelease) release_acquire_sync();
+    else grid.sync();
   }
 }
 
@@ -199,7 +222,7 @@ void row(const char* stage, const char* design, Stage s, int blocks) {
   CHECK(cudaEventDestroy(start));
   CHECK(cudaEventDestroy(stop));
   const double us = 1000.0 * best / s.iters, mb = 2.0 * s.rows * s.K / 1e6;
-  if (D == kBarrierOnly || D == kInputOnly) std::printf("| %s | %s | - | %.2f | - |\n", stage, design, us);
+  if (D == kBarrierOnly || D == kReleaseBarrierOnly || D == kInputOnly) std::printf("| %s | %s | - | %.2f | - |\n", stage, design, us);
   else std::printf("| %s | %s | %.1f | %.2f | %.0f |\n", stage, design, mb, us, mb * 1e3 / us);
 }
 
@@ -212,6 +235,8 @@ void normed_designs(const char* stage, const Stage& s, int sms) {
   row<kKernel, R, 4, 2, 8>(stage, "kernel: grid_matvec<2, 8>", s, sms);
   row<kKernel, R, 4, 3, 12>(stage, "kernel: grid_matvec<3, 12>", s, sms);
   row<kKernel, R, 4, R, 4 * R>(stage, whole, s, sms);
+  std::snprintf(whole, sizeof whole, "kernel: grid_matvec<%d, %d>, release/acquire barrier", R, 4 * R);
+  row<kKernelRelease, R, 4, R, 4 * R>(stage, whole, s, sms);
   row<kRowsFirst, R, 4, 1, 1>(stage, "rows first, x in shared memory", s, sms);
   row<kRowsFirstAsync, R, 4, 1, 1>(stage, "rows first by cp.async, x in shared memory", s, sms);
   row<kLanes, R, 4, 1, 1>(stage, "rows first, x in lanes", s, sms);
@@ -224,6 +249,8 @@ void plain_designs(const char* stage, const Stage& s, int sms) {
   char kernel[64];
   std::snprintf(kernel, sizeof kernel, "kernel: grid_matvec<1, %d>", KP);
   row<kKernel, 1, KP, 1, KP>(stage, kernel, s, sms);
+  std::snprintf(kernel, sizeof kernel, "kernel: grid_matvec<1, %d>, release/acquire barrier", KP);
+  row<kKernelRelease, 1, KP, 1, KP>(stage, kernel, s, sms);
   row<kRowsFirst, 1, KP, 1, 1>(stage, "rows first, x in shared memory", s, sms);
   row<kRowsFirstAsync, 1, KP, 1, 1>(stage, "rows first by cp.async, x in shared memory", s, sms);
 }
@@ -257,6 +284,7 @@ int main() {
 
   const Stage normed{w, copies, 1, 1024, 400, x, norm, out};
   row<kBarrierOnly, 1, 1, 1, 1>("-", "grid.sync() alone", normed, sms);
+  row<kReleaseBarrierOnly, 1, 1, 1, 1>("-", "release/acquire barrier alone", normed, sms);
   row<kInputOnly, 1, 1, 1, 1>("-", "x (1024) RMSNorm'd into shared memory + grid.sync()", normed, sms);
 
   Stage a = normed;  // q/k/v
