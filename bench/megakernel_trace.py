@@ -6,13 +6,20 @@ leaving its own; "block 0 waits" is the part block 0 spent at the barrier (the r
 working, or the barrier itself). Frames run as the engine runs them (sampled, `--per-launch` a launch);
 the frame time without the trace is measured in the same run, so the trace's own cost shows.
 
-    python bench/megakernel_trace.py --size 0.6b
+With --probes the kernel is built from a copy of its sources with MK_PROBES defined, and block 0's thread 0
+also stamps points inside the stages (common.cuh `probe`: weights issued, input vector ready, first batch of
+weights used, rows done; in attention, q/k/v loaded, normed and rotated, scores, softmax, done): a second
+table gives each point's time from the stage's start, p50.
+
+    python bench/megakernel_trace.py --size 0.6b [--probes]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -22,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.tts import SamplingOptions, load_tts  # noqa: E402
+from engine.tts import SamplingOptions, load_tts, megakernel  # noqa: E402
 from engine.tts.sampling import Sampler  # noqa: E402
 from bench_checkpoint import add_arguments as add_checkpoint_arguments, checkpoint  # noqa: E402  (bench/)
 
@@ -31,6 +38,9 @@ STAGES = "ABCDE"
 TAGS = {16: "codec head", 17: "codec pick", 18: "predictor heads", 19: "predictor picks", 20: "embedding rows",
         21: "frame end", 22: "projection"}
 LAUNCH = 23
+PROBE = 32  # probe tags are PROBE + a point of common.cuh's Probe
+POINTS = ("issued", "input ready", "first batch used", "rows done", "q/k/v loaded", "normed and rotated", "scores",
+          "softmax", "head done")
 
 
 def tag_name(tag: int) -> str:
@@ -68,17 +78,31 @@ def main() -> int:
     add_checkpoint_arguments(parser)
     parser.add_argument("--frames", type=int, default=64)
     parser.add_argument("--per-launch", type=int, default=4)
+    parser.add_argument("--probes", action="store_true", help="also stamp points inside the stages")
     args = parser.parse_args()
     folder = checkpoint(args)
-    tts = load_tts(folder, device="cuda", megakernel=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.probes:  # a copy of the sources with the probes compiled in (its own build: the hash differs)
+            megakernel.CSRC = Path(shutil.copytree(megakernel.CSRC, Path(tmp) / "megakernel"))
+            common = megakernel.CSRC / "common.cuh"
+            common.write_text("#define MK_PROBES\n" + common.read_text())
+        tts = load_tts(folder, device="cuda", megakernel=True)
+    report(tts, args)
+    return 0
+
+
+def report(tts, args: argparse.Namespace) -> None:
+    """Time frames plain and traced, and print where a frame's time goes."""
     module = tts.model.frame_kernel.module
     run_frames(tts, 8, args.per_launch)  # warm-up
     plain = run_frames(tts, args.frames, args.per_launch)
-    trace = torch.zeros((args.frames * 1024, 3), dtype=torch.int64, device="cuda")
+    per_frame = 4096 if args.probes else 1024  # 585 barriers a frame, and ~4 points in each stage
+    trace = torch.zeros((args.frames * per_frame, 3), dtype=torch.int64, device="cuda")
     module.set_trace(trace)
     traced = run_frames(tts, args.frames, args.per_launch)
     count = module.set_trace(None)
     rows = trace[:count].cpu().numpy()
+    probes, rows = probe_offsets(rows), rows[rows[:, 0] < PROBE]
     per_tag = defaultdict(lambda: ([], []))  # tag -> (stage ns, block-0 wait ns)
     for prev, row in zip(rows[:-1], rows[1:]):
         if row[0] == LAUNCH:
@@ -99,7 +123,29 @@ def main() -> int:
         print(f"| {tag_name(tag)} | {len(stage) / frames:.0f} | {np.median(stage):.1f} | {np.percentile(stage, 95):.1f} "
               f"| {np.median(wait):.1f} | {ms:.3f} | {100 * ms / total:.0f}% |")
     print(f"| all | {len(rows) / frames:.0f} | | | | {total:.3f} | 100% |")
-    return 0
+    if probes:
+        points = sorted({point for by_point in probes.values() for point in by_point})
+        print("\nInside the stages (block 0, warp 0): us from the stage's start to each point, p50\n")
+        print("| stage | " + " | ".join(POINTS[p] for p in points) + " |")
+        print("|---|" + "---|" * len(points))
+        for tag in sorted(probes):
+            cells = (f"{np.median(probes[tag][p]) / 1e3:.2f}" if p in probes[tag] else "" for p in points)
+            print(f"| {tag_name(tag)} | " + " | ".join(cells) + " |")
+
+
+def probe_offsets(rows: np.ndarray) -> dict[int, dict[int, list[int]]]:
+    """stage tag -> probe point -> ns from the stage's start (the barrier or launch before it) to the point."""
+    offsets, pending, start = defaultdict(lambda: defaultdict(list)), [], None
+    for tag, _, leave in rows:
+        if tag >= PROBE:
+            if start is not None:
+                pending.append((int(tag) - PROBE, leave - start))
+            continue
+        if tag != LAUNCH:  # the points seen since the last barrier belong to this stage
+            for point, ns in pending:
+                offsets[int(tag)][point].append(ns)
+        pending, start = [], leave
+    return offsets
 
 
 if __name__ == "__main__":

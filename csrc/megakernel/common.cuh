@@ -67,6 +67,68 @@ __device__ __forceinline__ uint4 load_weights(const __nv_bfloat16* w) {
   return r;
 }
 
+// --- barrier trace -----------------------------------------------------------------------------------
+// Off unless set_trace (megakernel.cu) points it at a buffer; then block 0 records, for each grid
+// barrier, its tag and the %globaltimer (ns) when the block arrives and when it leaves
+// (bench/megakernel_trace.py reads it).
+enum Tag : int {  // stack stages A..E are base + 0..4
+  kTalker = 0, kPredictor = 8, kCodecHead = 16, kCodecPick, kPredictorHead, kPredictorPick, kEmbedding,
+  kFrameEnd, kProjection, kLaunch,  // kLaunch: a launch's start (arrive = leave)
+  kProbe = 32                        // + a Probe point (below)
+};
+
+struct Trace {
+  unsigned long long* slots;  // (capacity, 3): tag, arrive, leave
+  int capacity, count;
+};
+__device__ Trace g_trace;
+
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ void trace_stamp(int tag, unsigned long long arrive) {
+  if (g_trace.count < g_trace.capacity) {
+    unsigned long long* s = g_trace.slots + 3 * g_trace.count++;
+    s[0] = tag, s[1] = arrive, s[2] = now_ns();
+  }
+}
+
+// At a kernel's start: the trace's mark that a launch begins.
+__device__ __forceinline__ void trace_launch() {
+  if (blockIdx.x == 0 && threadIdx.x == 0 && g_trace.slots != nullptr) trace_stamp(kLaunch, now_ns());
+}
+
+// Points inside a stage, stamped by block 0's thread 0 (arrive = leave, tag kProbe + point) only where the
+// sources are built with MK_PROBES defined (`bench/megakernel_trace.py --probes` builds such a copy): where a
+// stage's time goes before its barrier, seen from warp 0. `after` is a value the point waits for (a sum of the
+// loaded weights, say): the stamp is not taken before it is computed.
+enum Probe : int {
+  kIssued, kInputReady, kFirstBatchUsed, kRowsDone,                  // grid_matvec
+  kHeadLoaded, kHeadPrepared, kHeadScored, kHeadSoftmax, kHeadDone  // attention_head (block 0: head 0)
+};
+__device__ __forceinline__ void probe(int point, float after = 0.f) {
+#ifdef MK_PROBES
+  asm volatile("" ::"f"(after));
+  if (blockIdx.x == 0 && threadIdx.x == 0 && g_trace.slots != nullptr) trace_stamp(kProbe + point, now_ns());
+#endif
+}
+
+// grid.sync(), traced when a buffer is set.
+__device__ __forceinline__ void barrier(cg::grid_group& grid, int tag) {
+  const bool traced = blockIdx.x == 0 && g_trace.slots != nullptr;  // uniform in the block
+  unsigned long long arrive = 0;
+  if (traced) {
+    __syncthreads();
+    arrive = now_ns();
+  }
+  grid.sync();
+  if (traced && threadIdx.x == 0) trace_stamp(tag, arrive);
+}
+
+// --- the grid-wide matvec ---------------------------------------------------------------------------
 // out(r, dot(row(r)[:K], x)) for r in [0, rows), R rows per warp at a time over all the grid's warps;
 // row(r) gives the weight row's address, out is called by lane 0 in row order. prepare() fills x, the
 // block's input vector in shared memory (a whole-block step ending with __syncthreads), after each warp has
@@ -100,7 +162,10 @@ __device__ __forceinline__ void grid_matvec(int rows, int K, const float* x, Row
   };
   start_rows();
   issue();
+  probe(kIssued);
   prepare();
+  probe(kInputReady);
+  bool first = true;
   while (r < rows) {
     float acc[R];
 #pragma unroll
@@ -113,6 +178,7 @@ __device__ __forceinline__ void grid_matvec(int rows, int K, const float* x, Row
           const int k = base + u * 32 * kVec;
           if (w[i] != nullptr && k < K) acc[i] += dot8(a[i][u], x + k);
         }
+      if (first) probe(kFirstBatchUsed, acc[0]), first = false;
       if ((base += kBatch) >= K) break;
       issue();
     }
@@ -128,51 +194,7 @@ __device__ __forceinline__ void grid_matvec(int rows, int K, const float* x, Row
     start_rows();
     issue();
   }
-}
-
-// --- barrier trace -----------------------------------------------------------------------------------
-// Off unless set_trace (megakernel.cu) points it at a buffer; then block 0 records, for each grid
-// barrier, its tag and the %globaltimer (ns) when the block arrives and when it leaves
-// (bench/megakernel_trace.py reads it).
-enum Tag : int {  // stack stages A..E are base + 0..4
-  kTalker = 0, kPredictor = 8, kCodecHead = 16, kCodecPick, kPredictorHead, kPredictorPick, kEmbedding,
-  kFrameEnd, kProjection, kLaunch  // kLaunch: a launch's start (arrive = leave)
-};
-
-struct Trace {
-  unsigned long long* slots;  // (capacity, 3): tag, arrive, leave
-  int capacity, count;
-};
-__device__ Trace g_trace;
-
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ void trace_stamp(int tag, unsigned long long arrive) {
-  if (g_trace.count < g_trace.capacity) {
-    unsigned long long* s = g_trace.slots + 3 * g_trace.count++;
-    s[0] = tag, s[1] = arrive, s[2] = now_ns();
-  }
-}
-
-// At a kernel's start: the trace's mark that a launch begins.
-__device__ __forceinline__ void trace_launch() {
-  if (blockIdx.x == 0 && threadIdx.x == 0 && g_trace.slots != nullptr) trace_stamp(kLaunch, now_ns());
-}
-
-// grid.sync(), traced when a buffer is set.
-__device__ __forceinline__ void barrier(cg::grid_group& grid, int tag) {
-  const bool traced = blockIdx.x == 0 && g_trace.slots != nullptr;  // uniform in the block
-  unsigned long long arrive = 0;
-  if (traced) {
-    __syncthreads();
-    arrive = now_ns();
-  }
-  grid.sync();
-  if (traced && threadIdx.x == 0) trace_stamp(tag, arrive);
+  probe(kRowsDone);
 }
 
 // Copy n fp32 values from global into shared memory (whole block).

@@ -63,10 +63,12 @@ __device__ void attention_head(const StackParams& p, const LayerWeights& w, int 
     v[i] = p.qkv[(NH + NKV) * D + g * D + i];
   }
   __syncthreads();
+  probe(kHeadLoaded);
   rmsnorm_shared(q, w.q_norm, D, p.eps, scratch);
   rmsnorm_shared(k, w.k_norm, D, p.eps, scratch);
   rope_shared(q, D, pos, p.rope_theta);
   rope_shared(k, D, pos, p.rope_theta);
+  probe(kHeadPrepared);
   const int64_t head_base = (static_cast<int64_t>(layer) * NKV + g) * p.capacity;
   // the new position is used as the cache stores it (bf16), so every step sees the same keys
   for (int i = threadIdx.x; i < D; i += blockDim.x) {
@@ -106,6 +108,7 @@ __device__ void attention_head(const StackParams& p, const LayerWeights& w, int 
     }
   }
   const float m = block_max(local_max, scratch);
+  probe(kHeadScored);
   float local_sum = 0.f;
   for (int t = threadIdx.x; t < L; t += blockDim.x) {
     const float e = __expf(scores[t] - m);
@@ -113,6 +116,7 @@ __device__ void attention_head(const StackParams& p, const LayerWeights& w, int 
     local_sum += e;
   }
   const float inv_sum = 1.0f / block_sum(local_sum, scratch);
+  probe(kHeadSoftmax);
   // weighted values: warps split the positions, lanes the dims; partial sums meet in shared memory
   float* partial = scores + ((L + 3) & ~3);  // (kWarps, D), 16-byte aligned
   for (int d = 4 * lane; d < D; d += 128) {
@@ -135,6 +139,7 @@ __device__ void attention_head(const StackParams& p, const LayerWeights& w, int 
     p.attn[h * D + d] = acc * inv_sum;
   }
   __syncthreads();
+  probe(kHeadDone);
 }
 
 // The step: afterwards (a grid barrier passed) p.x holds the residual stream of the new position.
