@@ -222,7 +222,8 @@ void row(const char* stage, const char* design, Stage s, int blocks) {
   CHECK(cudaEventDestroy(start));
   CHECK(cudaEventDestroy(stop));
   const double us = 1000.0 * best / s.iters, mb = 2.0 * s.rows * s.K / 1e6;
-  if (D == kBarrierOnly || D == kReleaseBarrierOnly || D == kInputOnly) std::printf("| %s | %s | - | %.2f | - |\n", stage, design, us);
+  if (D == kBarrierOnly || D == kReleaseBarrierOnly || D == kInputOnly)
+    std::printf("| %s | %s | - | %.2f | - |\n", stage, design, us);
   else std::printf("| %s | %s | %.1f | %.2f | %.0f |\n", stage, design, mb, us, mb * 1e3 / us);
 }
 
