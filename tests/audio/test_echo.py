@@ -2,6 +2,8 @@
 speech into the 'vsink' null sink whose monitor the Microphone records (tests/conftest.py), so what the
 microphone hears is Parley's own voice, as it would from open speakers."""
 
+import difflib
+
 import numpy as np
 import pytest
 
@@ -314,8 +316,6 @@ def likeness(a: str, b: str) -> float:
     No one word of it is sure: its start is under Parley's voice, and Whisper has heard the line as "Tell me about
     the winner today!" and "and we amount the Wemmer to May" (0.86 and 0.67 like it, 0.41 and 0.31 like the
     nearest sentence of the reply)."""
-    import difflib
-
     return difflib.SequenceMatcher(None, a.lower(), b.lower()).ratio()
 
 
