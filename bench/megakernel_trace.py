@@ -8,7 +8,7 @@ the frame time without the trace is measured in the same run, so the trace's own
 
 With --probes the kernel is built from a copy of its sources with MK_PROBES defined, and block 0's thread 0
 also stamps points inside the stages (common.cuh `probe`: weights issued, input vector ready, first batch of
-weights used, rows done; in attention, q/k/v loaded, normed and rotated, scores, softmax, done): a second
+weights used, rows done; in attention, q loaded, normed and rotated, scores, softmax, done): a second
 table gives each point's time from the stage's start, p50.
 
     python bench/megakernel_trace.py --size 0.6b [--probes]
@@ -39,7 +39,7 @@ TAGS = {16: "codec head", 17: "codec pick", 18: "predictor heads", 19: "predicto
         21: "frame end", 22: "projection"}
 LAUNCH = 23
 PROBE = 32  # probe tags are PROBE + a point of common.cuh's Probe
-POINTS = ("issued", "input ready", "first batch used", "rows done", "q/k/v loaded", "normed and rotated", "scores",
+POINTS = ("issued", "input ready", "first batch used", "rows done", "q loaded", "normed and rotated", "scores",
           "softmax", "head done")
 
 

@@ -38,6 +38,7 @@ mk::StackParams make_stack(torch::Tensor layers, std::vector<int64_t> dims, doub
   TORCH_CHECK(layers.dim() == 2 && layers.size(1) == 11, "layers must be int64 (num_layers, 11)");
   TORCH_CHECK(layers.size(0) <= mk::kMaxLayers, "at most ", mk::kMaxLayers, " layers, got ", layers.size(0));
   TORCH_CHECK(dims[0] <= mk::kMaxNormed, "hidden size ", dims[0], " exceeds the kernel's ", mk::kMaxNormed);
+  TORCH_CHECK(D <= mk::kMaxHeadDim, "head_dim ", D, " exceeds the kernel's ", mk::kMaxHeadDim);
   TORCH_CHECK(H % 8 == 0 && I % 8 == 0 && D % 8 == 0 && NH % NKV == 0, "sizes must be multiples of 8, heads of kv_heads");
   expect(final_norm, "final_norm", torch::kBFloat16, H);
   expect(x, "x", torch::kFloat32, H);

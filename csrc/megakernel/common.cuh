@@ -226,13 +226,4 @@ __device__ __forceinline__ void load_normed(float* dst, const float* src, const 
   __syncthreads();
 }
 
-// In shared memory: x <- x * rsqrt(mean(x^2) + eps) * w  (RMSNorm; statistics in fp32 as the reference).
-__device__ __forceinline__ void rmsnorm_shared(float* x, const __nv_bfloat16* w, int n, float eps, float* scratch) {
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += x[i] * x[i];
-  const float scale = rsqrtf(block_sum(ss, scratch) / n + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = x[i] * scale * __bfloat162float(w[i]);
-  __syncthreads();
-}
-
 }  // namespace mk

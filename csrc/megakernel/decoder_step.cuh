@@ -33,22 +33,46 @@ __device__ __forceinline__ float dot4(const float* a, const float* b) {
   return a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3];
 }
 
-// RoPE on a head vector in shared memory, pairs (i, i + D/2) as rotate_half; angles in fp32 like torch.
-__device__ __forceinline__ void rope_shared(float* x, int D, int pos, float theta) {
-  const int half = D / 2;
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+// One warp prepares a head vector in shared memory (vec, D floats, from src in global memory): RMSNorm by `norm`
+// (none: nullptr) and RoPE at `pos` (where rotate), as the reference: statistics and angles in fp32. A lane holds
+// elements lane, lane + 32, ...; the vector and its norm weights are loaded together (one round trip, not two), and
+// RoPE's pairs (i, i + D/2) meet in shared memory.
+__device__ __forceinline__ void prepare_head(float* vec, const float* src, const __nv_bfloat16* norm, bool rotate,
+                                             int D, int pos, float eps, float theta) {
+  constexpr int kPerLane = kMaxHeadDim / 32;
+  const int lane = threadIdx.x & 31, half = D / 2;
+  float x[kPerLane], g[kPerLane], ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int i = lane + 32 * j;
+    x[j] = i < D ? src[i] : 0.f;
+    g[j] = i < D && norm != nullptr ? __bfloat162float(norm[i]) : 1.f;
+  }
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) ss += x[j] * x[j];
+  probe(kHeadLoaded, ss);  // block 0's thread 0: warp 0, q
+  const float scale = norm != nullptr ? rsqrtf(warp_sum(ss) / D + eps) : 1.f;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int i = lane + 32 * j;
+    if (i < D) vec[i] = norm != nullptr ? x[j] * scale * g[j] : x[j];
+  }
+  if (!rotate) return;
+  __syncwarp();
+  for (int i = lane; i < half; i += 32) {
     const float inv_freq = 1.0f / powf(theta, static_cast<float>(2 * i) / D);
     float s, c;
     sincosf(static_cast<float>(pos) * inv_freq, &s, &c);
-    const float a = x[i], b = x[i + half];
-    x[i] = a * c - b * s;
-    x[i + half] = b * c + a * s;
+    const float a = vec[i], b = vec[i + half];
+    vec[i] = a * c - b * s;
+    vec[i + half] = b * c + a * s;
   }
-  __syncthreads();
+  __syncwarp();
 }
 
-// Stage B for query head h: the block normalizes and rotates q and its kv head's new k, writes the new
-// K/V (one block per kv head), then attends over positions 0..pos.
+// Stage B for query head h: warps 0-2 prepare q and its kv head's new k and v at once (a warp each; k and v rounded
+// to bf16 as the cache stores them, and written there by one block per kv head), then the block attends over
+// positions 0..pos.
 __device__ void attention_head(const StackParams& p, const LayerWeights& w, int layer, int pos, int h, float* smem,
                                float* scratch) {
   const int D = p.head_dim, NH = p.num_heads, NKV = p.num_kv_heads, group = NH / NKV, g = h / group;
@@ -57,33 +81,26 @@ __device__ void attention_head(const StackParams& p, const LayerWeights& w, int 
   float* k = smem + D;
   float* v = smem + 2 * D;
   float* scores = smem + 3 * D;
-  for (int i = threadIdx.x; i < D; i += blockDim.x) {
-    q[i] = p.qkv[h * D + i];
-    k[i] = p.qkv[NH * D + g * D + i];
-    v[i] = p.qkv[(NH + NKV) * D + g * D + i];
-  }
-  __syncthreads();
-  probe(kHeadLoaded);
-  rmsnorm_shared(q, w.q_norm, D, p.eps, scratch);
-  rmsnorm_shared(k, w.k_norm, D, p.eps, scratch);
-  rope_shared(q, D, pos, p.rope_theta);
-  rope_shared(k, D, pos, p.rope_theta);
-  probe(kHeadPrepared);
   const int64_t head_base = (static_cast<int64_t>(layer) * NKV + g) * p.capacity;
-  // the new position is used as the cache stores it (bf16), so every step sees the same keys
-  for (int i = threadIdx.x; i < D; i += blockDim.x) {
-    const __nv_bfloat16 kb = __float2bfloat16(k[i]), vb = __float2bfloat16(v[i]);
-    k[i] = __bfloat162float(kb);
-    v[i] = __bfloat162float(vb);
-    if (h % group == 0) {
-      p.cache_k[(head_base + pos) * D + i] = kb;
-      p.cache_v[(head_base + pos) * D + i] = vb;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (warp == 0) {
+    prepare_head(q, p.qkv + h * D, w.q_norm, true, D, pos, p.eps, p.rope_theta);
+  } else if (warp <= 2) {
+    // the new position is used as the cache stores it (bf16), so every step sees the same keys
+    float* vec = warp == 1 ? k : v;
+    __nv_bfloat16* cache = (warp == 1 ? p.cache_k : p.cache_v) + (head_base + pos) * D;
+    prepare_head(vec, p.qkv + (warp == 1 ? NH : NH + NKV) * D + g * D, warp == 1 ? w.k_norm : nullptr, warp == 1, D,
+                 pos, p.eps, p.rope_theta);
+    for (int i = lane; i < D; i += 32) {
+      const __nv_bfloat16 b = __float2bfloat16(vec[i]);
+      vec[i] = __bfloat162float(b);
+      if (h % group == 0) cache[i] = b;
     }
   }
   __syncthreads();
+  probe(kHeadPrepared);
   // scores: a warp per position, its lanes across head_dim (4 dims, one 8-byte load each), several
   // positions in flight per warp; the new position from shared memory (another block may be writing it)
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const float scale = rsqrtf(static_cast<float>(D));
   const __nv_bfloat16* keys = p.cache_k + head_base * D;
   const __nv_bfloat16* values = p.cache_v + head_base * D;

@@ -10,6 +10,7 @@
 namespace mk {
 
 constexpr int kMaxNormed = 2048;  // widest vector the kernels normalize (the 1.7B talker's hidden)
+constexpr int kMaxHeadDim = 256;  // widest attention head (128 in both published sizes)
 constexpr int kMaxLayers = 40;    // talker + predictor layers a launch holds (28 + 5 in both published sizes)
 
 struct LayerWeights {  // pointers into the engine's own parameters; no copies
