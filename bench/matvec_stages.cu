@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1) stage_kernel(Stage s) {
     if constexpr (D == kKernel || D == kKernelRelease)
       grid_matvec<MR, ML>(
           s.rows, s.K, smem, [&](int r) { return W + static_cast<int64_t>(r) * s.K; },
-          [&] { load_input(s, smem, scratch); }, [&](int r, float d) { s.out[r] = d; });
+          [&] { load_input(s, smem, scratch); }, [&](int r, int, float d) { s.out[r] = d; });
     if constexpr (D == kRowsFirst) {
       load_rows<R, KP>(s, W, q);
       load_input(s, smem, scratch);

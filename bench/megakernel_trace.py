@@ -35,9 +35,9 @@ from bench_checkpoint import add_arguments as add_checkpoint_arguments, checkpoi
 
 TEXT = "Parley speaks while it thinks, one frame of sixteen codes every eighty milliseconds."
 STAGES = "ABCDE"
-TAGS = {16: "codec head", 17: "codec pick", 18: "predictor heads", 19: "predictor picks", 20: "embedding rows",
-        21: "frame end", 22: "projection"}
-LAUNCH = 23
+TAGS = {16: "codec head", 17: "codec pick", 18: "predictor heads", 19: "predictor picks", 20: "frame end",
+        21: "projection"}
+LAUNCH = 22
 PROBE = 32  # probe tags are PROBE + a point of common.cuh's Probe
 POINTS = ("issued", "input ready", "first batch used", "rows done", "q loaded", "normed and rotated", "scores",
           "softmax", "head done")
@@ -96,7 +96,7 @@ def report(tts, args: argparse.Namespace) -> None:
     module = tts.model.frame_kernel.module
     run_frames(tts, 8, args.per_launch)  # warm-up
     plain = run_frames(tts, args.frames, args.per_launch)
-    per_frame = 4096 if args.probes else 1024  # 585 barriers a frame, and ~4 points in each stage
+    per_frame = 4096 if args.probes else 1024  # ~550 barriers a frame, and ~4 points in each stage
     trace = torch.zeros((args.frames * per_frame, 3), dtype=torch.int64, device="cuda")
     module.set_trace(trace)
     traced = run_frames(tts, args.frames, args.per_launch)

@@ -28,10 +28,10 @@ T* ptr(const torch::Tensor& t) {
 }
 
 // A stack's weights and scratch. layers: int64 (num_layers, 11) device pointers in LayerWeights order;
-// dims: hidden, intermediate, heads, kv_heads, head_dim; scratch: fp32 x, qkv, attn, mlp.
+// dims: hidden, intermediate, heads, kv_heads, head_dim; scratch: fp32 x, qkv, attn, mlp, each for `tokens` tokens.
 mk::StackParams make_stack(torch::Tensor layers, std::vector<int64_t> dims, double eps, double rope_theta,
                            torch::Tensor final_norm, torch::Tensor x, torch::Tensor qkv, torch::Tensor attn,
-                           torch::Tensor mlp) {
+                           torch::Tensor mlp, int64_t tokens) {
   TORCH_CHECK(dims.size() == 5, "dims must be (hidden, intermediate, heads, kv_heads, head_dim)");
   const int64_t H = dims[0], I = dims[1], NH = dims[2], NKV = dims[3], D = dims[4];
   expect(layers, "layers", torch::kInt64, -1);
@@ -41,10 +41,11 @@ mk::StackParams make_stack(torch::Tensor layers, std::vector<int64_t> dims, doub
   TORCH_CHECK(D <= mk::kMaxHeadDim, "head_dim ", D, " exceeds the kernel's ", mk::kMaxHeadDim);
   TORCH_CHECK(H % 8 == 0 && I % 8 == 0 && D % 8 == 0 && NH % NKV == 0, "sizes must be multiples of 8, heads of kv_heads");
   expect(final_norm, "final_norm", torch::kBFloat16, H);
-  expect(x, "x", torch::kFloat32, H);
-  expect(qkv, "qkv", torch::kFloat32, (NH + 2 * NKV) * D);
-  expect(attn, "attn", torch::kFloat32, NH * D);
-  expect(mlp, "mlp", torch::kFloat32, I);
+  TORCH_CHECK(tokens == 1 || tokens == 2, "tokens must be 1 or 2, got ", tokens);
+  expect(x, "x", torch::kFloat32, tokens * H);
+  expect(qkv, "qkv", torch::kFloat32, tokens * (NH + 2 * NKV) * D);
+  expect(attn, "attn", torch::kFloat32, tokens * NH * D);
+  expect(mlp, "mlp", torch::kFloat32, tokens * I);
   mk::StackParams p{};
   p.layers = ptr<const mk::LayerWeights>(layers);
   p.num_layers = static_cast<int>(layers.size(0));
@@ -52,6 +53,7 @@ mk::StackParams make_stack(torch::Tensor layers, std::vector<int64_t> dims, doub
   p.eps = static_cast<float>(eps); p.rope_theta = static_cast<float>(rope_theta);
   p.final_norm = ptr<const __nv_bfloat16>(final_norm);
   p.x = ptr<float>(x); p.qkv = ptr<float>(qkv); p.attn = ptr<float>(attn); p.mlp = ptr<float>(mlp);
+  p.tokens = static_cast<int>(tokens);
   return p;
 }
 
@@ -92,6 +94,7 @@ mk::FrameParams make_frames(const mk::StackParams& talker, const mk::StackParams
   mk::FrameParams p{};
   TORCH_CHECK(talker.num_layers + predictor.num_layers <= mk::kMaxLayers, "at most ", mk::kMaxLayers,
               " layers in the talker and the code predictor together");
+  TORCH_CHECK(predictor.tokens == 2, "the code predictor's stack needs scratch for its two prefill tokens");
   p.talker = talker;
   p.predictor = predictor;
   TORCH_CHECK(codec_head.dim() == 2 && codec_head.size(1) == talker.hidden, "codec_head must be (vocab, talker hidden)");
@@ -116,8 +119,8 @@ mk::FrameParams make_frames(const mk::StackParams& talker, const mk::StackParams
   }
   expect(logits, "logits", torch::kFloat32, std::max(p.talker_vocab, p.predictor_vocab));
   expect(talker_in, "talker_in", torch::kFloat32, talker.hidden);
-  expect(predictor_in, "predictor_in", torch::kFloat32, predictor.hidden);
-  expect(predictor_src, "predictor_src", torch::kFloat32, talker.hidden);
+  expect(predictor_in, "predictor_in", torch::kFloat32, 2 * predictor.hidden);
+  expect(predictor_src, "predictor_src", torch::kFloat32, 2 * talker.hidden);
   p.logits = ptr<float>(logits);
   p.talker_in = ptr<float>(talker_in);
   p.predictor_in = ptr<float>(predictor_in);
@@ -179,7 +182,7 @@ int64_t plan(cudaError_t (*coresident)(size_t, int*), size_t smem, const char* w
 
 int64_t plan_step_blocks(mk::StackParams p, int64_t capacity) {
   p.capacity = static_cast<int>(capacity);
-  return plan(mk::step_coresident_blocks, mk::step_shared_bytes(p), "decoder-step");
+  return plan(mk::step_coresident_blocks, mk::step_shared_bytes(p, 1), "decoder-step");
 }
 
 int64_t plan_frame_blocks(mk::FrameParams p, int64_t capacity) {

@@ -72,8 +72,8 @@ __device__ __forceinline__ uint4 load_weights(const __nv_bfloat16* w) {
 // barrier, its tag and the %globaltimer (ns) when the block arrives and when it leaves
 // (bench/megakernel_trace.py reads it).
 enum Tag : int {  // stack stages A..E are base + 0..4
-  kTalker = 0, kPredictor = 8, kCodecHead = 16, kCodecPick, kPredictorHead, kPredictorPick, kEmbedding,
-  kFrameEnd, kProjection, kLaunch,  // kLaunch: a launch's start (arrive = leave)
+  kTalker = 0, kPredictor = 8, kCodecHead = 16, kCodecPick, kPredictorHead, kPredictorPick, kFrameEnd,
+  kProjection, kLaunch,  // kLaunch: a launch's start (arrive = leave)
   kProbe = 32                        // + a Probe point (below)
 };
 
@@ -138,7 +138,9 @@ __device__ __forceinline__ void barrier(cg::grid_group& grid, int tag) {
 // weights in k order whatever R and Loads are, so the result does not depend on them. A call site picks
 // R and Loads for its shape: few rounds of R rows over the grid's warps, few batches of a row, within the
 // registers its kernel has left (csrc/megakernel/build.sh reports spills).
-template <int R = 2, int Loads = 8, typename Row, typename Prepare, typename Out>
+// With T > 1, x holds T input vectors (token t's at x + t * K) that every row is dotted with: the weights are read
+// once for T tokens, and out(r, t, d) is called for each.
+template <int R = 2, int Loads = 8, int T = 1, typename Row, typename Prepare, typename Out>
 __device__ __forceinline__ void grid_matvec(int rows, int K, const float* x, Row row, Prepare prepare, Out out) {
   constexpr int kPerRow = Loads / R, kBatch = 32 * kVec * kPerRow;  // weights of a row a batch covers
   const int lane = threadIdx.x & 31, step = R * gridDim.x * kWarps;
@@ -167,27 +169,35 @@ __device__ __forceinline__ void grid_matvec(int rows, int K, const float* x, Row
   probe(kInputReady);
   bool first = true;
   while (r < rows) {
-    float acc[R];
+    float acc[T][R];
 #pragma unroll
-    for (int i = 0; i < R; ++i) acc[i] = 0.f;
+    for (int t = 0; t < T; ++t)
+#pragma unroll
+      for (int i = 0; i < R; ++i) acc[t][i] = 0.f;
     for (;;) {
 #pragma unroll
-      for (int i = 0; i < R; ++i)
+      for (int t = 0; t < T; ++t)
 #pragma unroll
-        for (int u = 0; u < kPerRow; ++u) {
-          const int k = base + u * 32 * kVec;
-          if (w[i] != nullptr && k < K) acc[i] += dot8(a[i][u], x + k);
-        }
-      if (first) probe(kFirstBatchUsed, acc[0]), first = false;
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+          for (int u = 0; u < kPerRow; ++u) {
+            const int k = base + u * 32 * kVec;
+            if (w[i] != nullptr && k < K) acc[t][i] += dot8(a[i][u], x + t * K + k);
+          }
+      if (first) probe(kFirstBatchUsed, acc[0][0]), first = false;
       if ((base += kBatch) >= K) break;
       issue();
     }
 #pragma unroll
-    for (int i = 0; i < R; ++i) acc[i] = warp_sum(acc[i]);
+    for (int t = 0; t < T; ++t)
+#pragma unroll
+      for (int i = 0; i < R; ++i) acc[t][i] = warp_sum(acc[t][i]);
     if (lane == 0) {
 #pragma unroll
-      for (int i = 0; i < R; ++i)
-        if (w[i] != nullptr) out(r + i, acc[i]);
+      for (int t = 0; t < T; ++t)
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+          if (w[i] != nullptr) out(r + i, t, acc[t][i]);
     }
     r += step;
     base = lane * kVec;
@@ -203,25 +213,32 @@ __device__ __forceinline__ void load_shared(float* dst, const float* src, int n)
   __syncthreads();
 }
 
-// dst <- RMSNorm(src) * w in shared memory, src n fp32 in global memory: the vector's and the norm
-// weights' loads are issued together, so a stage waits for one round trip, not two.
+// dst <- RMSNorm(src) * w in shared memory for T vectors of n fp32 (token t's at src + t * n in global memory, at
+// dst + t * n): the vectors' and the norm weights' loads are issued together, so a stage waits for one round trip,
+// not two.
+template <int T = 1>
 __device__ __forceinline__ void load_normed(float* dst, const float* src, const __nv_bfloat16* w, int n, float eps,
                                             float* scratch) {
   constexpr int per_thread = kMaxNormed / kThreads;
-  float v[per_thread], g[per_thread], ss = 0.f;
+  float v[T][per_thread], g[per_thread];
 #pragma unroll
   for (int j = 0; j < per_thread; ++j) {
     const int i = threadIdx.x + j * kThreads;
-    v[j] = i < n ? src[i] : 0.f;
+#pragma unroll
+    for (int t = 0; t < T; ++t) v[t][j] = i < n ? src[t * n + i] : 0.f;
     g[j] = i < n ? __bfloat162float(w[i]) : 0.f;
   }
 #pragma unroll
-  for (int j = 0; j < per_thread; ++j) ss += v[j] * v[j];
-  const float scale = rsqrtf(block_sum(ss, scratch) / n + eps);
+  for (int t = 0; t < T; ++t) {
+    float ss = 0.f;
 #pragma unroll
-  for (int j = 0; j < per_thread; ++j) {
-    const int i = threadIdx.x + j * kThreads;
-    if (i < n) dst[i] = v[j] * scale * g[j];
+    for (int j = 0; j < per_thread; ++j) ss += v[t][j] * v[t][j];
+    const float scale = rsqrtf(block_sum(ss, scratch) / n + eps);
+#pragma unroll
+    for (int j = 0; j < per_thread; ++j) {
+      const int i = threadIdx.x + j * kThreads;
+      if (i < n) dst[t * n + i] = v[t][j] * scale * g[j];
+    }
   }
   __syncthreads();
 }

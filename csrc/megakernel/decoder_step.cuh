@@ -159,57 +159,121 @@ __device__ void attention_head(const StackParams& p, const LayerWeights& w, int 
   probe(kHeadDone);
 }
 
-// The step: afterwards (a grid barrier passed) p.x holds the residual stream of the new position.
-// `tag` names its barriers in the trace (kTalker or kPredictor). Not inlined: frames_kernel calls it from
-// three places, and one copy with its own registers ran the frame ~4% faster than three inlined ones.
-// The long-row matvecs (o_proj, down) give a warp one row with all of it in flight, so a row is one
-// round trip to HBM, not two or three; the 0.6B's 1024 rows about fill the grid's warps.
-__device__ __noinline__ void stack_step(const StackParams& p, int pos, const float* x_in, float* smem, float* scratch, int tag) {
+// Stage B of a stack's first T tokens (positions 0..T-1, the cache empty before them) for query head h: a warp each
+// prepares a token's q, k or v as attention_head does (k and v rounded to bf16 and written to the cache by one
+// block per kv head), then warp t attends for token t over positions 0..t, all from shared memory.
+template <int T>
+__device__ void attention_first_head(const StackParams& p, const LayerWeights& w, int layer, int h, float* smem) {
+  static_assert(3 * T <= kWarps, "a warp per prepared vector");
+  const int D = p.head_dim, NH = p.num_heads, NKV = p.num_kv_heads, group = NH / NKV, g = h / group;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* q = smem;  // (T, D) each: q, k, v
+  float* k = smem + T * D;
+  float* v = smem + 2 * T * D;
+  if (warp < 3 * T) {
+    const int kind = warp / T, t = warp % T;  // kind 0: q, 1: k, 2: v
+    const float* src = p.qkv + t * (NH + 2 * NKV) * D + (kind == 0 ? h * D : (kind == 1 ? NH : NH + NKV) * D + g * D);
+    float* vec = smem + (kind * T + t) * D;
+    prepare_head(vec, src, kind == 0 ? w.q_norm : (kind == 1 ? w.k_norm : nullptr), kind < 2, D, t, p.eps,
+                 p.rope_theta);
+    if (kind > 0) {
+      __nv_bfloat16* cache =
+          (kind == 1 ? p.cache_k : p.cache_v) + ((static_cast<int64_t>(layer) * NKV + g) * p.capacity + t) * D;
+      for (int i = lane; i < D; i += 32) {
+        const __nv_bfloat16 b = __float2bfloat16(vec[i]);
+        vec[i] = __bfloat162float(b);
+        if (h % group == 0) cache[i] = b;
+      }
+    }
+  }
+  __syncthreads();
+  if (warp < T) {
+    const int t = warp;
+    const float scale = rsqrtf(static_cast<float>(D));
+    float e[T], m = -INFINITY, sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < T; ++j) {
+      float d = 0.f;
+      for (int i = lane; i < D; i += 32) d += q[t * D + i] * k[j * D + i];
+      e[j] = warp_sum(d) * scale;
+      if (j <= t) m = fmaxf(m, e[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < T; ++j) {
+      e[j] = j <= t ? __expf(e[j] - m) : 0.f;
+      sum += e[j];
+    }
+    const float inv_sum = 1.0f / sum;
+    for (int i = lane; i < D; i += 32) {
+      float acc = 0.f;
+#pragma unroll
+      for (int j = 0; j < T; ++j) acc = fmaf(e[j], v[j * D + i], acc);
+      p.attn[t * NH * D + h * D + i] = acc * inv_sum;
+    }
+  }
+  __syncthreads();  // smem is the next head's
+}
+
+// The step of T tokens (T > 1: the stack's first T, at positions 0..T-1; pos is then 0): x_in holds their input
+// vectors (token t's at x_in + t * hidden), and the stack's scratch room for T tokens (p.tokens). Afterwards (a grid
+// barrier passed) p.x holds the residual streams of the new positions, token t's at p.x + t * hidden. Each stage
+// reads its weights once for all T tokens. `tag` names its barriers in the trace (kTalker or kPredictor). Not
+// inlined: frames_kernel calls it from three places, and one copy with its own registers ran the frame ~4% faster
+// than three inlined ones. The long-row matvecs (o_proj, down) give a warp one row with all of it in flight, so a
+// row is one round trip to HBM, not two or three; the 0.6B's 1024 rows about fill the grid's warps.
+template <int T = 1>
+__device__ __noinline__ void stack_step(const StackParams& p, int pos, const float* x_in, float* smem, float* scratch,
+                                        int tag) {
   cg::grid_group grid = cg::this_grid();
   const int H = p.hidden, D = p.head_dim, NH = p.num_heads, NKV = p.num_kv_heads, I = p.intermediate;
-  const int q_rows = NH * D, kv_rows = NKV * D;
+  const int q_rows = NH * D, kv_rows = NKV * D, qkv_rows = q_rows + 2 * kv_rows;
   for (int l = 0; l < p.num_layers; ++l) {
     const LayerWeights& w = p.layers[l];  // in shared memory: no registers held across the layer
     const float* residual = l == 0 ? x_in : p.x;
     // A: a warp's 4 rows (the 0.6B's whole share) in one batch
-    grid_matvec<4, 16>(
-        q_rows + 2 * kv_rows, H, smem,
+    grid_matvec<4, 16, T>(
+        qkv_rows, H, smem,
         [&](int r) {
           return r < q_rows ? row_of(w.q, r, H)
                             : (r < q_rows + kv_rows ? row_of(w.k, r - q_rows, H) : row_of(w.v, r - q_rows - kv_rows, H));
         },
-        [&] { load_normed(smem, residual, w.input_norm, H, p.eps, scratch); }, [&](int r, float d) { p.qkv[r] = d; });
+        [&] { load_normed<T>(smem, residual, w.input_norm, H, p.eps, scratch); },
+        [&](int r, int t, float d) { p.qkv[t * qkv_rows + r] = d; });
     barrier(grid, tag + 0);
     // B
-    for (int h = blockIdx.x; h < NH; h += gridDim.x) attention_head(p, w, l, pos, h, smem, scratch);
+    for (int h = blockIdx.x; h < NH; h += gridDim.x) {
+      if constexpr (T == 1) attention_head(p, w, l, pos, h, smem, scratch);
+      else attention_first_head<T>(p, w, l, h, smem);
+    }
     barrier(grid, tag + 1);
     // C
-    grid_matvec<1, 8>(
-        H, NH * D, smem, [&](int r) { return row_of(w.o, r, NH * D); }, [&] { load_shared(smem, p.attn, NH * D); },
-        [&](int r, float d) { p.x[r] = residual[r] + d; });
+    grid_matvec<1, 8, T>(
+        H, q_rows, smem, [&](int r) { return row_of(w.o, r, q_rows); }, [&] { load_shared(smem, p.attn, T * q_rows); },
+        [&](int r, int t, float d) { p.x[t * H + r] = residual[t * H + r] + d; });
     barrier(grid, tag + 2);
     // D: a warp's 6 rows in one batch; gate and up rows of one index go to the same warp, so SiLU(g) * u
     // needs no exchange
-    grid_matvec<6, 24>(
+    grid_matvec<6, 24, T>(
         2 * I, H, smem, [&](int r) { return row_of(r % 2 ? w.up : w.gate, r / 2, H); },
-        [&] { load_normed(smem, p.x, w.post_norm, H, p.eps, scratch); },
-        [&](int r, float d) {
-          // lane 0 sees gate (even r) then up (odd r) of row r / 2
-          if (r % 2 == 0) p.mlp[r / 2] = d / (1.0f + __expf(-d));
-          else p.mlp[r / 2] *= d;
+        [&] { load_normed<T>(smem, p.x, w.post_norm, H, p.eps, scratch); },
+        [&](int r, int t, float d) {
+          // lane 0 sees gate (even r) then up (odd r) of row r / 2, token by token
+          float* mlp = p.mlp + t * I;
+          if (r % 2 == 0) mlp[r / 2] = d / (1.0f + __expf(-d));
+          else mlp[r / 2] *= d;
         });
     barrier(grid, tag + 3);
     // E
-    grid_matvec<1, 12>(
-        H, I, smem, [&](int r) { return row_of(w.down, r, I); }, [&] { load_shared(smem, p.mlp, I); },
-        [&](int r, float d) { p.x[r] += d; });
+    grid_matvec<1, 12, T>(
+        H, I, smem, [&](int r) { return row_of(w.down, r, I); }, [&] { load_shared(smem, p.mlp, T * I); },
+        [&](int r, int t, float d) { p.x[t * H + r] += d; });
     barrier(grid, tag + 4);
   }
 }
 
-// Every block: smem <- final_norm(p.x), the stack's output for the step just taken.
-__device__ __forceinline__ void final_norm_shared(const StackParams& p, float* smem, float* scratch) {
-  load_normed(smem, p.x, p.final_norm, p.hidden, p.eps, scratch);
+// Every block: smem <- final_norm(x), x a residual stream of the step just taken (p.x + t * hidden for token t).
+__device__ __forceinline__ void final_norm_shared(const StackParams& p, const float* x, float* smem, float* scratch) {
+  load_normed(smem, x, p.final_norm, p.hidden, p.eps, scratch);
 }
 
 }  // namespace mk

@@ -142,29 +142,31 @@ __device__ __forceinline__ void embedding_row(const FrameParams& p, int group, i
   for (int i = threadIdx.x; i < H; i += blockDim.x) dst[i] = __bfloat162float(row[i]);
 }
 
-// The predictor's input for one pass from a talker-wide source vector (all blocks; ends with a barrier
-// where the projection runs): small_to_mtp_projection where the widths differ, else the source itself.
+// The predictor's input for a pass of T tokens from talker-wide source vectors (token t's at src + t * talker
+// hidden; all blocks; ends with a barrier where the projection runs): small_to_mtp_projection where the widths
+// differ, else the sources themselves.
+template <int T = 1>
 __device__ const float* predictor_input(const FrameParams& p, const float* src, float* smem) {
   if (p.proj_w == nullptr) return src;
   cg::grid_group grid = cg::this_grid();
-  const int H = p.talker.hidden;
-  grid_matvec(
-      p.predictor.hidden, H, smem, [&](int r) { return row_of(p.proj_w, r, H); }, [&] { load_shared(smem, src, H); },
-      [&](int r, float d) { p.predictor_in[r] = d + __bfloat162float(p.proj_b[r]); });
+  const int H = p.talker.hidden, Hp = p.predictor.hidden;
+  grid_matvec<2, 8, T>(
+      Hp, H, smem, [&](int r) { return row_of(p.proj_w, r, H); }, [&] { load_shared(smem, src, T * H); },
+      [&](int r, int t, float d) { p.predictor_in[t * Hp + r] = d + __bfloat162float(p.proj_b[r]); });
   barrier(grid, kProjection);
   return p.predictor_in;
 }
 
 // Logits of one head over the grid (its input x put in every block's shared memory, smem, by prepare_x),
-// then block 0 adjusts them and picks into *slot, reusing smem for the logits (x is spent by then). Ends
-// with a barrier, after which *slot is visible to every block.
-template <typename PrepareX, typename Adjust>
+// then block 0 adjusts them, picks into *slot, reusing smem for the logits (x is spent by then), and calls
+// picked(code). Ends with a barrier, after which *slot and what picked() wrote are visible to every block.
+template <typename PrepareX, typename Adjust, typename Picked>
 __device__ int64_t head_and_pick(const __nv_bfloat16* W, int vocab, int K, PickParams pp, uint32_t key,
                                  int64_t* slot, float* smem, PickScratch& s, const FrameParams& p, int tag,
-                                 PrepareX prepare_x, Adjust adjust) {
+                                 PrepareX prepare_x, Adjust adjust, Picked picked) {
   cg::grid_group grid = cg::this_grid();
   grid_matvec(vocab, K, smem, [&](int r) { return row_of(W, r, K); }, prepare_x,
-              [&](int r, float d) { p.logits[r] = d; });
+              [&](int r, int, float d) { p.logits[r] = d; });
   barrier(grid, tag);
   if (blockIdx.x == 0) {
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) smem[i] = __ldcg(p.logits + i);
@@ -172,6 +174,7 @@ __device__ int64_t head_and_pick(const __nv_bfloat16* W, int vocab, int K, PickP
     adjust(smem);
     const int code = pick(smem, vocab, pp, key, s);
     if (threadIdx.x == 0) *slot = code;
+    picked(code);
     __syncthreads();
   }
   barrier(grid, tag + 1);
@@ -188,14 +191,18 @@ __device__ void frames_body(const FrameParams& p, float* smem, float* scratch, P
     const bool step = f > 0 || p.advance_first;
     if (step) stack_step(p.talker, pos++, p.talker_in, smem, scratch, kTalker);
     // codebook 0: codec head, repetition penalty over the codes so far, suppress mask, EOS held back
-    // until min_frames (sampling.py Sampler.talker)
+    // until min_frames (sampling.py Sampler.talker). Block 0 writes the code predictor's two prefill inputs,
+    // [hidden state, embedding of code 0], as predictor_src's rows 0 and 1: both are read after the head's barriers.
     const int64_t code0 = head_and_pick(
         p.codec_head, p.talker_vocab, H, p.talker_pick, draw_key(p.seed, frame, 0), codes, smem, s, p, kCodecHead,
         [&] {
-          if (!step) return load_shared(smem, p.hidden, H);
-          final_norm_shared(p.talker, smem, scratch);
-          if (blockIdx.x == 0)  // the predictor's first input, read after the head's barrier
-            for (int i = threadIdx.x; i < H; i += blockDim.x) p.hidden[i] = smem[i];
+          if (step) final_norm_shared(p.talker, p.talker.x, smem, scratch);
+          else load_shared(smem, p.hidden, H);
+          if (blockIdx.x == 0)
+            for (int i = threadIdx.x; i < H; i += blockDim.x) {
+              if (step) p.hidden[i] = smem[i];
+              p.predictor_src[i] = smem[i];
+            }
         },
         [&](float* v) {
           const float penalty = p.repetition_penalty;
@@ -206,27 +213,26 @@ __device__ void frames_body(const FrameParams& p, float* smem, float* scratch, P
             v[i] = x;
           }
           __syncthreads();
-        });
+        },
+        [&](int code) { embedding_row(p, 0, code, p.predictor_src + H); });
     if (code0 == p.eos_id) {
       if (blockIdx.x == 0 && threadIdx.x == 0) *p.frames_done = f;
       return;
     }
-    if (blockIdx.x == 0) {
-      if (threadIdx.x == 0) p.seen[code0] = 1;
-      embedding_row(p, 0, code0, p.predictor_src);  // the predictor's second input
-    }
-    // codebooks 1..15: prefill [hidden, embedding of code 0] as two single-token passes, then one pass a code
-    stack_step(p.predictor, 0, predictor_input(p, p.hidden, smem), smem, scratch, kPredictor);
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.seen[code0] = 1;
+    // codebooks 1..15: the two prefill tokens in one pass (each weight read once for both), then a pass a code, its
+    // input the embedding of the code before, which block 0 writes as predictor_src's row 0 when it picks that code
+    stack_step<2>(p.predictor, 0, predictor_input<2>(p, p.predictor_src, smem), smem, scratch, kPredictor);
     for (int g = 1; g < G; ++g) {
-      stack_step(p.predictor, g, predictor_input(p, p.predictor_src, smem), smem, scratch, kPredictor);
-      const int64_t code = head_and_pick(
+      if (g > 1) stack_step(p.predictor, g, predictor_input(p, p.predictor_src, smem), smem, scratch, kPredictor);
+      head_and_pick(
           reinterpret_cast<const __nv_bfloat16*>(p.predictor_heads[g - 1]), p.predictor_vocab, p.predictor.hidden,
           p.predictor_pick, draw_key(p.seed, frame, g), codes + g, smem, s, p, kPredictorHead,
-          [&] { final_norm_shared(p.predictor, smem, scratch); }, [](float*) {});
-      if (g + 1 < G) {
-        if (blockIdx.x == 0) embedding_row(p, g, code, p.predictor_src);
-        barrier(grid, kEmbedding);
-      }
+          [&] { final_norm_shared(p.predictor, p.predictor.x + (g == 1 ? p.predictor.hidden : 0), smem, scratch); },
+          [](float*) {},
+          [&](int code) {
+            if (g + 1 < G) embedding_row(p, g, code, p.predictor_src);
+          });
     }
     // the next talker step's input: the 16 codebook embeddings + this frame's text-track input
     if (blockIdx.x == 0) {

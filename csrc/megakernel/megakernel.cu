@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   stack_step(p, pos, x_in, smem, scratch, kTalker);
   if (blockIdx.x == 0) {
-    final_norm_shared(p, smem, scratch);
+    final_norm_shared(p, p.x, smem, scratch);
     for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) out[i] = smem[i];
   }
 }
@@ -54,16 +54,18 @@ __global__ void __launch_bounds__(kThreads, 1) frames_kernel(FrameParams params)
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
-// The largest activation vector, or attention's q|k|v + scores over the cache + per-warp partial sums.
-size_t step_shared_bytes(const StackParams& p) {
+// The largest activation vector for `tokens` tokens, or attention's q|k|v + scores over the cache + per-warp partial
+// sums (a first pass's attention needs less: q|k|v of its tokens).
+size_t step_shared_bytes(const StackParams& p, int tokens) {
   size_t floats = max_size(max_size(p.hidden, p.intermediate), static_cast<size_t>(p.num_heads) * p.head_dim);
-  return 4 * max_size(floats, (3 + kWarps) * static_cast<size_t>(p.head_dim) + p.capacity + 3);
+  return 4 * max_size(tokens * floats, (3 + kWarps) * static_cast<size_t>(p.head_dim) + p.capacity + 3);
 }
 
-// Either stack's step, the talker-wide source of a predictor input, or a head's logits.
+// Either stack's step (the predictor's first of two tokens), the talker-wide sources of a predictor input, or a
+// head's logits.
 size_t frame_shared_bytes(const FrameParams& p) {
-  size_t bytes = max_size(step_shared_bytes(p.talker), step_shared_bytes(p.predictor));
-  bytes = max_size(bytes, 4 * static_cast<size_t>(p.talker.hidden));
+  size_t bytes = max_size(step_shared_bytes(p.talker, 1), step_shared_bytes(p.predictor, 2));
+  bytes = max_size(bytes, 4 * 2 * static_cast<size_t>(p.talker.hidden));
   return max_size(bytes, 4 * static_cast<size_t>(max_size(p.talker_vocab, p.predictor_vocab)));
 }
 
@@ -92,7 +94,7 @@ cudaError_t launch_decoder_step(const StackParams& p, int pos, const float* x_in
                                 cudaStream_t stream) {
   void* args[] = {const_cast<StackParams*>(&p), &pos, const_cast<float**>(&x_in), &out};
   return cudaLaunchCooperativeKernel(reinterpret_cast<void*>(decoder_step_kernel), dim3(blocks), dim3(kThreads), args,
-                                     step_shared_bytes(p), stream);
+                                     step_shared_bytes(p, 1), stream);
 }
 
 cudaError_t launch_frames(const FrameParams& p, int blocks, cudaStream_t stream) {

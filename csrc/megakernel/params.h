@@ -19,7 +19,8 @@ struct LayerWeights {  // pointers into the engine's own parameters; no copies
 };
 
 // One Qwen3 decoder stack: its weights, shapes, KV cache (layers, kv_heads, capacity, head_dim) and
-// fp32 scratch: residual x (hidden), q|k|v, attention output, SiLU(g) * u.
+// fp32 scratch for `tokens` tokens a step: residual x (hidden), q|k|v, attention output, SiLU(g) * u, token t's at
+// t times each one's size.
 struct StackParams {
   const LayerWeights* layers;
   int num_layers, hidden, intermediate, num_heads, num_kv_heads, head_dim;
@@ -28,6 +29,7 @@ struct StackParams {
   __nv_bfloat16 *cache_k, *cache_v;
   int capacity;
   float *x, *qkv, *attn, *mlp;
+  int tokens;
 };
 
 // How one codebook is picked from its logits (engine/tts/sampling.py); temperature 0 = greedy.
@@ -61,13 +63,13 @@ struct FrameParams {
   const float* text_inputs;                 // (frames, talker hidden)
   float* hidden;                            // (talker hidden) final-normed talker state: read unless advance_first, written per step
   float* logits;                            // scratch (max vocab)
-  float *talker_in, *predictor_in, *predictor_src;  // scratch: talker hidden, predictor hidden, talker hidden
+  float *talker_in, *predictor_in, *predictor_src;  // scratch: talker hidden, 2 x predictor hidden, 2 x talker hidden
   int64_t* codes;                           // out (frames, groups)
   int* frames_done;                         // out: frames emitted (< frames when codebook 0 was EOS)
 };
 
 // Shared memory a launch needs, blocks that fit co-resident, and the launches (megakernel.cu).
-size_t step_shared_bytes(const StackParams& p);
+size_t step_shared_bytes(const StackParams& p, int tokens);
 size_t frame_shared_bytes(const FrameParams& p);
 cudaError_t step_coresident_blocks(size_t smem, int* blocks);
 cudaError_t frame_coresident_blocks(size_t smem, int* blocks);

@@ -80,7 +80,9 @@ class KernelStep:
                "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
                "self_attn.k_norm.weight")
 
-    def __init__(self, stack: DecoderStack):
+    def __init__(self, stack: DecoderStack, tokens: int = 1):
+        """tokens: how many tokens the stack's scratch holds (2 for the code predictor, whose frame-kernel pass
+        takes both prefill tokens at once)."""
         cfg = stack.cfg
         first = next(stack.parameters())
         if first.dtype != torch.bfloat16 or first.device.type != "cuda":
@@ -91,11 +93,12 @@ class KernelStep:
         params = [dict(layer.named_parameters()) for layer in stack.layers]
         pointers = [[layer[name].data_ptr() for name in self.WEIGHTS] for layer in params]
         self.layers = torch.tensor(pointers, dtype=torch.int64, device=device)  # kept alive: the kernel reads it
-        self.scratch = [_scratch(n, device) for n in (cfg.hidden_size, (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim,
-                                                      cfg.num_heads * cfg.head_dim, cfg.intermediate_size)]
+        self.scratch = [_scratch(tokens * n, device)
+                        for n in (cfg.hidden_size, (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim,
+                                  cfg.num_heads * cfg.head_dim, cfg.intermediate_size)]
         dims = [cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim]
         self.stack = self.module.stack(self.layers, dims, cfg.rms_norm_eps, cfg.rope_theta, stack.norm.weight,
-                                       *self.scratch)
+                                       *self.scratch, tokens)
         self.blocks = self.module.plan_step_blocks(self.stack, MAX_POSITIONS)
 
     def __call__(self, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -132,8 +135,9 @@ class FrameKernel:
         H, Hp = self.cfg.decoder.hidden_size, self.cfg.predictor.hidden_size
         self.talker_in = _scratch(H, device)
         self.hidden = _scratch(H, device)
+        # logits, talker_in, and the predictor's inputs for its two-token first pass (predictor_in, predictor_src)
         self._scratch = [_scratch(max(self.cfg.decoder.vocab_size, self.cfg.predictor.vocab_size), device),
-                         self.talker_in, _scratch(Hp, device), _scratch(H, device)]
+                         self.talker_in, _scratch(2 * Hp, device), _scratch(2 * H, device)]
         self.params = self.module.frames(talker.stack, predictor.stack, t.codec_head.weight, self._heads,
                                          self.cfg.predictor.vocab_size, self._embeddings,
                                          proj.weight if projected else None, proj.bias if projected else None,
@@ -187,5 +191,5 @@ def attach(model: Qwen3TTS) -> None:
         MegakernelUnavailable: no CUDA GPU of compute capability 8.0+, no compiler, or non-bf16 weights.
     """
     talker, predictor = model.talker.model, model.talker.code_predictor.model
-    talker.kernel_step, predictor.kernel_step = KernelStep(talker), KernelStep(predictor)
+    talker.kernel_step, predictor.kernel_step = KernelStep(talker), KernelStep(predictor, tokens=2)
     model.frame_kernel = FrameKernel(model, talker.kernel_step, predictor.kernel_step)
