@@ -30,18 +30,15 @@ from engine.tts.codec import StreamState  # noqa: E402
 from engine.tts.graphs import GraphSet  # noqa: E402
 from engine.tts.prefill import PaddedPrefill  # noqa: E402
 from bench_checkpoint import add_arguments as add_checkpoint_arguments, checkpoint  # noqa: E402  (bench/)
+from tts_gpu import timed  # noqa: E402  (bench/)
 
 
 def replay_p50(call, calls: int) -> float:
+    """p50 ms of call(), each on an idle device."""
     times = []
     for _ in range(calls):
         torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(timed(call)[1])
     return float(np.median(times))
 
 
