@@ -2,7 +2,8 @@
 of engine/tts/prefill.py, one table.
 
 Method: a random-weight checkpoint in the official layout (written once under --cache), bf16 on the GPU,
-megakernel off (it changes only one-token steps; the prefill is the same either way). For each prompt
+megakernel off, or with --megakernel attached: each layer's attention prologue (q/k norm, RoPE, K/V cache write)
+then runs in one launch of its extension, in both columns. For each prompt
 length T, a random (T, hidden) bf16 prompt; each call of begin() starts on an idle device (synchronize)
 and is timed by CUDA events around it, so launch gaps count as they do in TTFC; --warmup calls, then
 p50 / p95 over --iters calls. "eager" is begin() with no padded prefill (~400 launches), "graph" the one
@@ -12,7 +13,7 @@ over the device-to-device copy bandwidth measured in the same run: a prefill rea
 (above ~200 rows compute bounds it instead). max |d logits| is graph against eager, a sanity check.
 The buckets' capture time and memory are measured on a second, fresh capture.
 
-    python bench/prefill_gpu.py --size 0.6b
+    python bench/prefill_gpu.py --size 0.6b [--megakernel]
 """
 
 from __future__ import annotations
@@ -69,10 +70,11 @@ def main() -> int:
     parser.add_argument("--lengths", default="12,40,100,130,250,400", help="prompt lengths (rows), comma-separated")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--megakernel", action="store_true", help="attach the megakernel (its attention prologue)")
     args = parser.parse_args()
     folder = checkpoint(args)
     bandwidth = copy_bandwidth_gbs()
-    tts = load_tts(folder, device="cuda", megakernel=False)
+    tts = load_tts(folder, device="cuda", megakernel=args.megakernel)
     model = tts.model
     graphs = model.padded_prefill
     assert isinstance(graphs, PrefillGraphs), "load_tts on CUDA should have attached the prefill graphs"
@@ -95,7 +97,8 @@ def main() -> int:
     costs, grown = capture_costs(model)
 
     cell = lambda v: f"{np.percentile(v, 50):.3f} / {np.percentile(v, 95):.3f}" if v else "- (eager)"  # noqa: E731
-    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.size} {tts.dtype}; "
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.size} {tts.dtype}, "
+          f"megakernel {'on' if args.megakernel else 'off'}; "
           f"copy bandwidth {bandwidth:.0f} GB/s, talker weights {weight_bytes / 1e9:.2f} GB (same run)\n")
     print("| prompt rows | bucket | eager p50 / p95 ms | graph p50 / p95 ms | eager / graph | floor ms "
           "| graph / floor | max \\|d logits\\| |")

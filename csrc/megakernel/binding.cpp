@@ -172,6 +172,53 @@ void run_frames(mk::FrameParams p, torch::Tensor talker_k, torch::Tensor talker_
   MK_CHECK_CUDA(mk::launch_frames(p, static_cast<int>(blocks), at::cuda::getCurrentCUDAStream()));
 }
 
+// model.py Attention's steps between the projections and the attention for T tokens at cache positions start..:
+// q, k (T, heads * D), (T, kv_heads * D) RMSNorm'd per head and rotated by cos, sin (T, D); K and V written into
+// layer `layer` of cache_k, cache_v (layers, kv_heads, capacity, D). Returns q normed and rotated, (heads, T, D).
+torch::Tensor attention_prologue(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor q_norm,
+                                 torch::Tensor k_norm, torch::Tensor cos, torch::Tensor sin, torch::Tensor cache_k,
+                                 torch::Tensor cache_v, int64_t layer, int64_t start, double eps) {
+  TORCH_CHECK(cache_k.dim() == 4 && cache_k.sizes() == cache_v.sizes(),
+              "cache_k and cache_v must be (layers, kv_heads, capacity, head_dim)");
+  expect(cache_k, "cache_k", torch::kBFloat16, -1);
+  expect(cache_v, "cache_v", torch::kBFloat16, -1);
+  const int64_t D = cache_k.size(3), kv_heads = cache_k.size(1), T = q.size(0);
+  auto rows = [&](const torch::Tensor& t, const char* name, int64_t width) {
+    TORCH_CHECK(t.is_cuda() && t.scalar_type() == torch::kBFloat16, name, " must be bfloat16 on a CUDA device");
+    TORCH_CHECK(t.dim() == 2 && t.size(0) == T && t.stride(1) == 1 && t.size(1) == width, name, " must be (",
+                T, ", ", width, ") with unit stride along a row, got ", t.sizes(), " strides ", t.strides());
+  };
+  TORCH_CHECK(T >= 1 && q.dim() == 2 && q.size(1) % (kv_heads * D) == 0, "q must be (tokens, heads * head_dim)");
+  rows(q, "q", q.size(1));
+  rows(k, "k", kv_heads * D);
+  rows(v, "v", kv_heads * D);
+  for (const torch::Tensor* t : {&k, &v, &q_norm, &k_norm, &cos, &sin, &cache_k, &cache_v})
+    TORCH_CHECK(t->device() == q.device(), "every tensor must be on q's device, ", q.device());
+  expect(q_norm, "q_norm", torch::kBFloat16, D);
+  expect(k_norm, "k_norm", torch::kBFloat16, D);
+  expect(cos, "cos", torch::kBFloat16, T * D);
+  expect(sin, "sin", torch::kBFloat16, T * D);
+  TORCH_CHECK(D % 2 == 0 && D <= 2048, "head_dim must be even and at most 2048, got ", D);
+  TORCH_CHECK(layer >= 0 && layer < cache_k.size(0), "layer ", layer, " outside the cache's ", cache_k.size(0));
+  TORCH_CHECK(start >= 0 && start + T <= cache_k.size(2), "positions ", start, "..", start + T - 1,
+              " outside the cache's capacity of ", cache_k.size(2));
+  const int64_t heads = q.size(1) / D;
+  auto q_out = torch::empty({heads, T, D}, q.options());
+  mk::AttentionPrologue a{};
+  a.q = ptr<const __nv_bfloat16>(q); a.k = ptr<const __nv_bfloat16>(k); a.v = ptr<const __nv_bfloat16>(v);
+  a.q_stride = q.stride(0); a.k_stride = k.stride(0); a.v_stride = v.stride(0);
+  a.q_norm = ptr<const __nv_bfloat16>(q_norm); a.k_norm = ptr<const __nv_bfloat16>(k_norm);
+  a.cos = ptr<const __nv_bfloat16>(cos); a.sin = ptr<const __nv_bfloat16>(sin);
+  a.q_out = ptr<__nv_bfloat16>(q_out);
+  a.cache_k = ptr<__nv_bfloat16>(cache_k); a.cache_v = ptr<__nv_bfloat16>(cache_v);
+  a.tokens = static_cast<int>(T); a.heads = static_cast<int>(heads); a.kv_heads = static_cast<int>(kv_heads);
+  a.head_dim = static_cast<int>(D); a.capacity = static_cast<int>(cache_k.size(2));
+  a.layer = static_cast<int>(layer); a.start = static_cast<int>(start); a.eps = static_cast<float>(eps);
+  const c10::cuda::CUDAGuard guard(q.device());
+  MK_CHECK_CUDA(mk::launch_attention_prologue(a, at::cuda::getCurrentCUDAStream()));
+  return q_out;
+}
+
 // How many blocks a launch uses (all co-resident), or an error naming the limit.
 int64_t plan(cudaError_t (*coresident)(size_t, int*), size_t smem, const char* what) {
   int blocks = 0;
@@ -218,4 +265,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("plan_step_blocks", &plan_step_blocks, "co-resident blocks for a decoder-step launch");
   m.def("set_trace", &set_trace, "record the following launches' grid barriers (bench/megakernel_trace.py)");
   m.def("plan_frame_blocks", &plan_frame_blocks, "co-resident blocks for a frame launch");
+  m.def("attention_prologue", &attention_prologue,
+        "a prefill layer's q/k RMSNorm + RoPE and K/V cache write for its tokens, in one launch");
 }

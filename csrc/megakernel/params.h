@@ -68,6 +68,19 @@ struct FrameParams {
   int* frames_done;                         // out: frames emitted (< frames when codebook 0 was EOS)
 };
 
+// The prefill's attention prologue for `tokens` tokens at cache positions start.. (attention_prologue.cu).
+struct AttentionPrologue {
+  const __nv_bfloat16 *q, *k, *v;        // the projections' outputs: rows of heads * D, kv_heads * D, kv_heads * D
+  int64_t q_stride, k_stride, v_stride;  // their row strides (elements)
+  const __nv_bfloat16 *q_norm, *k_norm;  // (head_dim) RMSNorm weights
+  const __nv_bfloat16 *cos, *sin;        // (tokens, head_dim) the rotary angles' cos and sin
+  __nv_bfloat16* q_out;                  // out (heads, tokens, head_dim): q normed and rotated
+  __nv_bfloat16 *cache_k, *cache_v;      // (layers, kv_heads, capacity, head_dim): this layer's new rows written
+  int tokens, heads, kv_heads, head_dim, capacity, layer, start;
+  float eps;
+};
+cudaError_t launch_attention_prologue(const AttentionPrologue& a, cudaStream_t stream);
+
 // Shared memory a launch needs, blocks that fit co-resident, and the launches (megakernel.cu).
 size_t step_shared_bytes(const StackParams& p, int tokens);
 size_t frame_shared_bytes(const FrameParams& p);

@@ -3,8 +3,9 @@
 `attach(model)` gives the model a FrameKernel: whole frames (talker step, codec head, sampling, the
 code predictor's 15 passes, the next input) in one persistent launch each, the host reading back codes.
 It also gives the talker's and the code predictor's DecoderStack a kernel step, so any other one-token
-forward of model.py runs its layer stack in one launch. Prefill stays on batched PyTorch matmuls and
-writes the same KV layout. Where CUDA, the compiler or a supported GPU is missing,
+forward of model.py runs its layer stack in one launch. Prefill stays on batched PyTorch matmuls, each layer's
+attention prologue (q/k RMSNorm, RoPE, the K/V cache write: 16 eager kernels) in one launch of the extension's
+(AttentionPrologue), and writes the same KV layout. Where CUDA, the compiler or a supported GPU is missing,
 `MegakernelUnavailable` says why and the caller keeps the PyTorch path.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import ParleyError
-from engine.tts.model import DecoderStack, FrameState, KVCache, Qwen3TTS
+from engine.tts.model import Attention, DecoderStack, FrameState, KVCache, Qwen3TTS
 from engine.tts.prompt import TalkerInputs
 from engine.tts.sampling import Sampler, SamplingOptions
 
@@ -58,7 +59,7 @@ def build():
     try:
         _module = load(
             name=f"parley_megakernel_{digest}",
-            sources=[str(CSRC / "binding.cpp"), str(CSRC / "megakernel.cu")],
+            sources=[str(CSRC / name) for name in ("binding.cpp", "megakernel.cu", "attention_prologue.cu")],
             extra_cuda_cflags=["-O3", "-std=c++17", arch],
             extra_include_paths=[str(CSRC)],
             build_directory=str(directory),
@@ -183,9 +184,25 @@ class FrameKernel:
             advance = True
 
 
+class AttentionPrologue:
+    """A multi-token Attention.forward's steps between its projections and its attention in one launch: q and k
+    RMSNorm'd per head and rotated, K and V written into the cache at its length; returns q (heads, T, head_dim).
+    Rounds to bf16 after each step as model.py does (csrc/megakernel/attention_prologue.cu)."""
+
+    def __init__(self, attention: Attention, module):
+        # the norms' weights, not the module: the module holds this object, and no reference cycle keeps it alive
+        self.q_norm, self.k_norm, self.eps = attention.q_norm.weight, attention.k_norm.weight, attention.q_norm.eps
+        self.module = module
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 cache: KVCache, layer: int) -> torch.Tensor:
+        return self.module.attention_prologue(q, k, v, self.q_norm, self.k_norm, cos, sin, cache.k, cache.v, layer,
+                                              cache.length, self.eps)
+
+
 def attach(model: Qwen3TTS) -> None:
-    """Run every single-token step of the talker and the code predictor in the kernel, and give the
-    model a FrameKernel (model.frame_kernel) for whole frames.
+    """Run every single-token step of the talker and the code predictor in the kernel, every multi-token one's
+    attention prologue in one launch, and give the model a FrameKernel (model.frame_kernel) for whole frames.
 
     Raises:
         MegakernelUnavailable: no CUDA GPU of compute capability 8.0+, no compiler, or non-bf16 weights.
@@ -193,3 +210,5 @@ def attach(model: Qwen3TTS) -> None:
     talker, predictor = model.talker.model, model.talker.code_predictor.model
     talker.kernel_step, predictor.kernel_step = KernelStep(talker), KernelStep(predictor, tokens=2)
     model.frame_kernel = FrameKernel(model, talker.kernel_step, predictor.kernel_step)
+    for layer in (*talker.layers, *predictor.layers):
+        layer.self_attn.prologue = AttentionPrologue(layer.self_attn, talker.kernel_step.module)

@@ -61,18 +61,23 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(D, cfg.rms_norm_eps)  # per head, before RoPE
         self.k_norm = RMSNorm(D, cfg.rms_norm_eps)
         self.head_dim = D
+        # set by engine.tts.megakernel.attach: the norms, RoPE and cache writes below in one CUDA launch
+        self.prologue = None
 
     def forward(self, x, cos, sin, cache: KVCache, layer: int) -> torch.Tensor:
         """x (T, H) at cache positions [cache.length, cache.length + T); writes K/V there; returns (T, H)."""
         T, D = x.shape[0], self.head_dim
-        q = self.q_norm(self.q_proj(x).view(T, -1, D)).transpose(0, 1)  # (heads, T, D)
-        k = self.k_norm(self.k_proj(x).view(T, -1, D)).transpose(0, 1)  # (kv_heads, T, D)
-        v = self.v_proj(x).view(T, -1, D).transpose(0, 1)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
         start, end = cache.length, cache.length + T
-        cache.k[layer, :, start:end] = k
-        cache.v[layer, :, start:end] = v
+        if self.prologue is not None:
+            q = self.prologue(self.q_proj(x), self.k_proj(x), self.v_proj(x), cos, sin, cache, layer)
+        else:
+            q = self.q_norm(self.q_proj(x).view(T, -1, D)).transpose(0, 1)  # (heads, T, D)
+            k = self.k_norm(self.k_proj(x).view(T, -1, D)).transpose(0, 1)  # (kv_heads, T, D)
+            v = self.v_proj(x).view(T, -1, D).transpose(0, 1)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            cache.k[layer, :, start:end] = k
+            cache.v[layer, :, start:end] = v
         # a multi-token call only ever starts an empty cache (prefill), so "causal" needs no offset
         assert T == 1 or start == 0, "multi-token forward must start from an empty cache"
         out = F.scaled_dot_product_attention(  # .to: the cache may store a narrower dtype (kv_dtype)

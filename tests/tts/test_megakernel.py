@@ -72,6 +72,64 @@ def test_kernel_step_equals_the_pytorch_stack_step_by_step(tiny_checkpoint, tiny
                 assert _cosine(kcache.v[:, :, pos], rcache.v[:, :, pos]) >= 0.9999
 
 
+def test_attention_prologue_equals_the_pytorch_ops(tiny_checkpoint, full_checkpoint):
+    """A multi-token Attention.forward with the kernel's prologue (q/k norm, RoPE, K/V cache write in one launch)
+    against model.py's own ops on the same bf16 inputs, head_dim 16 and 128, 2 to 300 tokens: V copied exactly; K
+    and the layer's output equal but where the norm's sum, added in another order, rounds the other way (at most 1%
+    of K's elements, each by a bf16 rounding step); the prologue writes at the cache's length; bad calls refused."""
+    for checkpoint in (tiny_checkpoint, full_checkpoint):
+        tts = load_tts(checkpoint, device="cuda", megakernel=True)
+        stack = tts.model.talker.model
+        attention, layer = stack.layers[1].self_attn, 1
+        prologue = attention.prologue
+        assert prologue is not None
+        generator = torch.Generator(device="cuda").manual_seed(3)
+        with torch.inference_mode():
+            for T in (2, 37, 300):
+                x = torch.randn(T, stack.cfg.hidden_size, device="cuda", dtype=torch.bfloat16, generator=generator)
+                cos, sin = stack.rotary(0, T, x)
+                outputs, caches = [], []
+                for fused in (prologue, None):
+                    attention.prologue = fused
+                    cache = stack.new_cache(T + 8, x)
+                    cache.k.zero_()
+                    cache.v.zero_()
+                    outputs.append(attention(x, cos, sin, cache, layer))
+                    caches.append(cache)
+                attention.prologue = prologue
+                (got, expected), (fast, ref) = outputs, caches
+                where = f"{checkpoint.name} T={T}"
+                assert torch.equal(fast.v, ref.v), where
+                assert torch.equal(fast.k[:layer], ref.k[:layer]) and not fast.k[layer, :, T:].any(), where
+                keys, keys_ref = fast.k[layer, :, :T].float(), ref.k[layer, :, :T].float()
+                differ = (keys != keys_ref).float().mean().item()
+                assert differ <= 0.01, f"{where}: {differ:.2%} of K differs"
+                assert (keys - keys_ref).abs().max() <= 2 ** -5 * keys_ref.abs().max(), where
+                assert _cosine(got, expected) >= 0.99999, f"{where}: cosine {_cosine(got, expected):.7f}"
+
+                # at the cache's length: the same rows, 5 positions on
+                q, k, v = attention.q_proj(x), attention.k_proj(x), attention.v_proj(x)
+                shifted = stack.new_cache(T + 8, x)
+                shifted.k.zero_()
+                shifted.v.zero_()
+                shifted.length = 5
+                prologue(q, k, v, cos, sin, shifted, layer)
+                assert torch.equal(shifted.k[layer, :, 5:5 + T], fast.k[layer, :, :T]), where
+                assert torch.equal(shifted.v[layer, :, 5:5 + T], fast.v[layer, :, :T]), where
+                assert not shifted.k[layer, :, :5].any() and not shifted.k[:layer].any(), where
+
+            with pytest.raises(RuntimeError, match="outside the cache's capacity"):
+                shifted.length = 9
+                prologue(q, k, v, cos, sin, shifted, layer)
+            with pytest.raises(RuntimeError, match="q must be bfloat16"):
+                shifted.length = 0
+                prologue(q.float(), k, v, cos, sin, shifted, layer)
+            with pytest.raises(RuntimeError, match="layer 99 outside"):
+                prologue(q, k, v, cos, sin, shifted, 99)
+        del tts
+        torch.cuda.empty_cache()
+
+
 def test_engine_with_the_kernel_streams_speech(short_checkpoint):
     """load_tts on CUDA picks the kernel by default; it streams finite speech of the expected length."""
     tts = load_tts(short_checkpoint, device="cuda")
