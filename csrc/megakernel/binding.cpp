@@ -219,6 +219,34 @@ torch::Tensor attention_prologue(torch::Tensor q, torch::Tensor k, torch::Tensor
   return q_out;
 }
 
+// The codec's SnakeBeta, x + sin^2(x * frequency) * inverse_beta per channel, on x (batch, channels, length) bf16 of
+// any strides; frequency and inverse_beta hold a value a channel. Returns a new contiguous tensor.
+torch::Tensor snake(torch::Tensor x, torch::Tensor frequency, torch::Tensor inverse_beta) {
+  TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kBFloat16, "x must be bfloat16 on a CUDA device");
+  TORCH_CHECK(x.dim() == 3, "x must be (batch, channels, length), got ", x.sizes());
+  const int64_t channels = x.size(1);
+  TORCH_CHECK(x.numel() < (int64_t{1} << 31), "x has ", x.numel(), " elements, more than a launch indexes");
+  for (const auto& [t, name] : {std::pair{&frequency, "frequency"}, std::pair{&inverse_beta, "inverse_beta"}}) {
+    TORCH_CHECK(t->device() == x.device() && t->scalar_type() == torch::kBFloat16 && t->is_contiguous() &&
+                t->numel() == channels, name, " must be ", channels, " contiguous bfloat16 values on x's device");
+  }
+  auto out = torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  mk::Snake s{};
+  s.x = ptr<const __nv_bfloat16>(x);
+  s.batch_stride = x.stride(0);
+  s.row_stride = x.stride(1);
+  s.step = x.stride(2);
+  s.frequency = ptr<const __nv_bfloat16>(frequency);
+  s.inverse_beta = ptr<const __nv_bfloat16>(inverse_beta);
+  s.out = ptr<__nv_bfloat16>(out);
+  s.rows = static_cast<int>(x.size(0) * channels);
+  s.channels = static_cast<int>(channels);
+  s.length = static_cast<int>(x.size(2));
+  const c10::cuda::CUDAGuard guard(x.device());
+  MK_CHECK_CUDA(mk::launch_snake(s, at::cuda::getCurrentCUDAStream()));
+  return out;
+}
+
 // How many blocks a launch uses (all co-resident), or an error naming the limit.
 int64_t plan(cudaError_t (*coresident)(size_t, int*), size_t smem, const char* what) {
   int blocks = 0;
@@ -267,4 +295,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("plan_frame_blocks", &plan_frame_blocks, "co-resident blocks for a frame launch");
   m.def("attention_prologue", &attention_prologue,
         "a prefill layer's q/k RMSNorm + RoPE and K/V cache write for its tokens, in one launch");
+  m.def("snake", &snake, "the speech codec's SnakeBeta activation in one launch");
 }

@@ -81,6 +81,16 @@ struct AttentionPrologue {
 };
 cudaError_t launch_attention_prologue(const AttentionPrologue& a, cudaStream_t stream);
 
+// The codec's SnakeBeta over (batch, channels, length) bf16 (snake.cu).
+struct Snake {
+  const __nv_bfloat16* x;                          // (batch, channels, length) at the strides below
+  int64_t batch_stride, row_stride, step;
+  const __nv_bfloat16 *frequency, *inverse_beta;   // (channels) e^alpha, 1 / (e^beta + 1e-9)
+  __nv_bfloat16* out;                              // (batch, channels, length) contiguous
+  int rows, channels, length;                      // rows = batch * channels
+};
+cudaError_t launch_snake(const Snake& s, cudaStream_t stream);
+
 // Shared memory a launch needs, blocks that fit co-resident, and the launches (megakernel.cu).
 size_t step_shared_bytes(const StackParams& p, int tokens);
 size_t frame_shared_bytes(const FrameParams& p);

@@ -315,8 +315,12 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
         self.register_load_state_dict_post_hook(lambda module, _: module._fold())
         self._fold()
+        # set by engine.tts.megakernel.attach_codec: (x, frequency, inverse_beta) -> this forward, in one CUDA launch
+        self.kernel = None
 
     def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+        if self.kernel is not None:
+            return self.kernel(x, self._frequency, self._inverse_beta)
         return x + self._inverse_beta * torch.sin(x * self._frequency).pow(2)
 
     def _fold(self) -> None:

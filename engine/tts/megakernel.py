@@ -5,7 +5,8 @@ code predictor's 15 passes, the next input) in one persistent launch each, the h
 It also gives the talker's and the code predictor's DecoderStack a kernel step, so any other one-token
 forward of model.py runs its layer stack in one launch. Prefill stays on batched PyTorch matmuls, each layer's
 attention prologue (q/k RMSNorm, RoPE, the K/V cache write: 16 eager kernels) in one launch of the extension's
-(AttentionPrologue), and writes the same KV layout. Where CUDA, the compiler or a supported GPU is missing,
+(AttentionPrologue), and writes the same KV layout. `attach_codec(decoder)` runs the speech codec's SnakeBeta
+activations in it as well. Where CUDA, the compiler or a supported GPU is missing,
 `MegakernelUnavailable` says why and the caller keeps the PyTorch path.
 """
 
@@ -19,11 +20,13 @@ from pathlib import Path
 import torch
 
 from engine.errors import ParleyError
+from engine.tts.codec import CodecDecoder, SnakeBeta
 from engine.tts.model import Attention, DecoderStack, FrameState, KVCache, Qwen3TTS
 from engine.tts.prompt import TalkerInputs
 from engine.tts.sampling import Sampler, SamplingOptions
 
 CSRC = Path(__file__).resolve().parent.parent.parent / "csrc" / "megakernel"
+SOURCES = ("binding.cpp", "megakernel.cu", "attention_prologue.cu", "snake.cu")  # compiled; CSRC's headers too
 MAX_POSITIONS = 16384  # shared memory is planned for attention over this many cached positions
 
 _module = None
@@ -59,7 +62,7 @@ def build():
     try:
         _module = load(
             name=f"parley_megakernel_{digest}",
-            sources=[str(CSRC / name) for name in ("binding.cpp", "megakernel.cu", "attention_prologue.cu")],
+            sources=[str(CSRC / name) for name in SOURCES],
             extra_cuda_cflags=["-O3", "-std=c++17", arch],
             extra_include_paths=[str(CSRC)],
             build_directory=str(directory),
@@ -212,3 +215,19 @@ def attach(model: Qwen3TTS) -> None:
     model.frame_kernel = FrameKernel(model, talker.kernel_step, predictor.kernel_step)
     for layer in (*talker.layers, *predictor.layers):
         layer.self_attn.prologue = AttentionPrologue(layer.self_attn, talker.kernel_step.module)
+
+
+def attach_codec(decoder: CodecDecoder) -> None:
+    """Run the speech codec's SnakeBeta activations in one launch each (csrc/megakernel/snake.cu), not five; before
+    the decoder's first stream on CUDA, whose graphs keep the ops they were captured with.
+
+    Raises:
+        MegakernelUnavailable: as attach, or the decoder is not bf16 on a CUDA device.
+    """
+    weight = decoder.pre_conv.conv.weight
+    if weight.dtype != torch.bfloat16 or weight.device.type != "cuda":
+        raise MegakernelUnavailable(f"the codec's kernels need bf16 on CUDA, not {weight.dtype} on {weight.device}")
+    module = build()
+    for snake in decoder.modules():
+        if isinstance(snake, SnakeBeta):
+            snake.kernel = module.snake

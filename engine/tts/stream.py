@@ -346,6 +346,10 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
             f"match config.json (code predictor vocab_size {codebook}, talker vocab_size "
             f"{config.talker.decoder.vocab_size}); the speech tokenizer belongs to another model"
         )
+    if model.frame_kernel is not None:  # the megakernel's extension is built: the codec's activations run in it too
+        from engine.tts.megakernel import attach_codec
+
+        attach_codec(codec)
     if device.type == "cuda":  # the codec's stream call: one CUDA graph per chunk length, every length stream()'s
         # default makes captured now (an utterance's tail of 2 or 3 frames would otherwise wait ~140 ms for its capture)
         codec.warm_up(range(1, CHUNK_FRAMES + 1))

@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 
 from engine.errors import ModelFilesError
 from engine.tts.codec import CodecConfig, CodecDecoder, SnakeBeta, StreamState, load_codec
+from engine.tts.megakernel import attach_codec
 from engine.tts.testing import codec_files
 from engine.tts.testing.codec_files import codec_config, randomize_decoder, write_codec_folder
 
@@ -253,6 +254,22 @@ def test_cuda_bfloat16_stream_tracks_float32_decode(tiny_folder, codes, full_aud
     streamed = stream_in_chunks(decoder, codes, [1, 3, 7, 2]).cpu()
     assert (streamed - full_audio).abs().mean() < 0.03
     assert torch.corrcoef(torch.stack([streamed, full_audio]))[0, 1] > 0.99
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_bf16_codec_with_the_snake_kernel_streams_as_without(tiny_folder, codes):
+    """With the megakernel's SnakeBeta (one launch each, engine.tts.megakernel.attach_codec) the bf16 stream, graphs
+    replayed, is the five-op decoder's audio but where a rounding step differs: relative RMS difference < 1%."""
+    plain = load_codec(tiny_folder, device="cuda", dtype=torch.bfloat16)
+    fused = load_codec(tiny_folder, device="cuda", dtype=torch.bfloat16)
+    attach_codec(fused)
+    assert all(m.kernel is not None for m in fused.modules() if isinstance(m, SnakeBeta))
+    expected = stream_in_chunks(plain, codes.cuda(), [1, 4]).float()
+    got = stream_in_chunks(fused, codes.cuda(), [1, 4]).float()
+    assert fused.captured_chunks == [1, 4]
+    error = ((got - expected).pow(2).mean().sqrt() / expected.pow(2).mean().sqrt()).item()
+    assert error < 0.01, f"relative RMS difference: {error:.3g}"
 
 
 def test_snake_factors_follow_the_weights_when_loaded_and_converted(decoder):

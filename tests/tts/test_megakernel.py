@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from engine.tts import SamplingOptions, load_tts
+from engine.tts.codec import SnakeBeta
 from engine.tts.model import FrameState, KVCache
 from engine.tts.prompt import TalkerInputs
 from engine.tts.sampling import Sampler, gumbel_noise
@@ -128,6 +129,30 @@ def test_attention_prologue_equals_the_pytorch_ops(tiny_checkpoint, full_checkpo
                 prologue(q, k, v, cos, sin, shifted, 99)
         del tts
         torch.cuda.empty_cache()
+
+
+def test_snake_kernel_equals_the_five_ops(short_checkpoint):
+    """The codec's SnakeBeta in one launch against its five PyTorch ops on the same bf16 input, contiguous and strided:
+    the same float32 sinf and a rounding after each op, so equal but at most 0.1% of elements (each by a rounding
+    step); load_tts with the kernel attaches every SnakeBeta; other dtypes refused."""
+    tts = load_tts(short_checkpoint, device="cuda", megakernel=True)
+    snakes = [m for m in tts.codec.modules() if isinstance(m, SnakeBeta)]
+    assert snakes and all(m.kernel is not None for m in snakes)
+    generator = torch.Generator(device="cuda").manual_seed(4)
+    with torch.inference_mode():
+        for snake in (snakes[0], snakes[-1]):
+            wide = 4 * torch.randn(2, snake.alpha.numel(), 50, device="cuda", generator=generator).bfloat16()
+            for x in (wide, wide[..., 3:40], wide.transpose(1, 2).contiguous().transpose(1, 2)):
+                got = snake(x)
+                kernel, snake.kernel = snake.kernel, None
+                expected = snake(x)
+                snake.kernel = kernel
+                assert got.shape == expected.shape and got.is_contiguous()
+                differ = (got != expected).float().mean().item()
+                assert differ <= 0.001, f"{differ:.3%} of the elements differ"
+                assert (got.float() - expected.float()).abs().max() <= 2 ** -7 * expected.float().abs().max()
+        with pytest.raises(RuntimeError, match="x must be bfloat16"):
+            snake.kernel(x.float(), snake._frequency, snake._inverse_beta)
 
 
 def test_engine_with_the_kernel_streams_speech(short_checkpoint):
