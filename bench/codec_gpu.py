@@ -12,7 +12,10 @@ first as a warm-up; p50 / p95 over the second stream's calls. max |d pcm| is gra
 codes. The floor is the decoder's weight bytes (codebook tables excepted: a call gathers a few rows) over the
 device-to-device copy bandwidth measured in the same run: each call reads every weight once.
 
-    python bench/codec_gpu.py --size 0.6b
+With --megakernel the decoder runs the megakernel's codec kernels (engine.tts.megakernel.attach_codec: SnakeBeta
+in one launch), eager and graph alike; a run without it in the same lease is the baseline.
+
+    python bench/codec_gpu.py --size 0.6b [--megakernel]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.tts.codec import load_codec  # noqa: E402
+from engine.tts.megakernel import attach_codec  # noqa: E402
 from gpu_bandwidth import copy_bandwidth_gbs  # noqa: E402  (bench/, the script's folder)
 from bench_checkpoint import add_arguments as add_checkpoint_arguments, checkpoint  # noqa: E402  (bench/)
 
@@ -55,10 +59,13 @@ def main() -> int:
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--lengths", default="1,4", help="chunk lengths (frames per call), comma-separated")
     parser.add_argument("--calls", type=int, default=100, help="calls per stream")
+    parser.add_argument("--megakernel", action="store_true", help="the megakernel's codec kernels (attach_codec)")
     args = parser.parse_args()
     folder = checkpoint(args)
     bandwidth = copy_bandwidth_gbs()
     decoder = load_codec(folder / "speech_tokenizer", device="cuda", dtype=getattr(torch, args.dtype))
+    if args.megakernel:
+        attach_codec(decoder)
     config = decoder.config
     # a call gathers a few codebook rows; the quantizers' input_proj only serves encoding
     skipped = ("._codebook.", ".input_proj.")
@@ -89,7 +96,8 @@ def main() -> int:
         rows.append((frames, eager_ms, graph_ms, delta))
 
     cell = lambda v: f"{np.percentile(v, 50):.3f} / {np.percentile(v, 95):.3f}"  # noqa: E731
-    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.size} codec, {args.dtype}; "
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.size} codec, {args.dtype}, "
+          f"megakernel's codec kernels {'on' if args.megakernel else 'off'}; "
           f"copy bandwidth {bandwidth:.0f} GB/s, decoder weights {weight_bytes / 1e6:.0f} MB (same run); "
           f"{args.calls} calls a stream\n")
     print("| chunk frames | eager p50 / p95 ms | graph p50 / p95 ms | eager / graph | floor ms | graph / floor "
