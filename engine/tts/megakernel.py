@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from engine.errors import ParleyError
 from engine.tts.codec import CodecDecoder, SnakeBeta
@@ -72,6 +73,11 @@ def build():
     return _module
 
 
+def _require_bf16_cuda(weight: torch.Tensor) -> None:
+    if weight.dtype != torch.bfloat16 or weight.device.type != "cuda":
+        raise MegakernelUnavailable(f"the megakernel runs bf16 weights on CUDA, got {weight.dtype} on {weight.device}")
+
+
 def _scratch(n: int, device) -> torch.Tensor:
     return torch.empty(n, dtype=torch.float32, device=device)
 
@@ -89,8 +95,7 @@ class KernelStep:
         takes both prefill tokens at once)."""
         cfg = stack.cfg
         first = next(stack.parameters())
-        if first.dtype != torch.bfloat16 or first.device.type != "cuda":
-            raise MegakernelUnavailable(f"the megakernel runs bf16 weights on CUDA, got {first.dtype} on {first.device}")
+        _require_bf16_cuda(first)
         self.module = build()
         self.cfg = cfg
         device = first.device
@@ -188,17 +193,25 @@ class FrameKernel:
 
 
 class AttentionPrologue:
-    """A multi-token Attention.forward's steps between its projections and its attention in one launch: q and k
-    RMSNorm'd per head and rotated, K and V written into the cache at its length; returns q (heads, T, head_dim).
-    Rounds to bf16 after each step as model.py does (csrc/megakernel/attention_prologue.cu)."""
+    """A multi-token Attention.forward up to its attention in two launches: q, k and v from one GEMM over the three
+    weights stacked, then q and k RMSNorm'd per head and rotated and K and V written into the cache at its length
+    (csrc/megakernel/attention_prologue.cu, rounding to bf16 after each step as model.py does). Returns q
+    (heads, T, head_dim)."""
 
     def __init__(self, attention: Attention, module):
+        projections = (attention.q_proj, attention.k_proj, attention.v_proj)
+        with torch.no_grad():
+            self.weight = torch.cat([p.weight for p in projections])  # (q + k + v rows, hidden)
+        self.rows = [p.weight.shape[0] for p in projections]
+        for p, view in zip(projections, self.weight.split(self.rows)):
+            p.weight.data = view  # the same values, now held once: the separate copies are freed
         # the norms' weights, not the module: the module holds this object, and no reference cycle keeps it alive
         self.q_norm, self.k_norm, self.eps = attention.q_norm.weight, attention.k_norm.weight, attention.q_norm.eps
         self.module = module
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                 cache: KVCache, layer: int) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache,
+                 layer: int) -> torch.Tensor:
+        q, k, v = F.linear(x, self.weight).split(self.rows, dim=1)
         return self.module.attention_prologue(q, k, v, self.q_norm, self.k_norm, cos, sin, cache.k, cache.v, layer,
                                               cache.length, self.eps)
 
@@ -211,10 +224,12 @@ def attach(model: Qwen3TTS) -> None:
         MegakernelUnavailable: no CUDA GPU of compute capability 8.0+, no compiler, or non-bf16 weights.
     """
     talker, predictor = model.talker.model, model.talker.code_predictor.model
+    _require_bf16_cuda(next(talker.parameters()))
+    module = build()
+    for layer in (*talker.layers, *predictor.layers):  # first: it moves q/k/v weights, whose addresses the steps keep
+        layer.self_attn.prologue = AttentionPrologue(layer.self_attn, module)
     talker.kernel_step, predictor.kernel_step = KernelStep(talker), KernelStep(predictor, tokens=2)
     model.frame_kernel = FrameKernel(model, talker.kernel_step, predictor.kernel_step)
-    for layer in (*talker.layers, *predictor.layers):
-        layer.self_attn.prologue = AttentionPrologue(layer.self_attn, talker.kernel_step.module)
 
 
 def attach_codec(decoder: CodecDecoder) -> None:
@@ -222,11 +237,9 @@ def attach_codec(decoder: CodecDecoder) -> None:
     the decoder's first stream on CUDA, whose graphs keep the ops they were captured with.
 
     Raises:
-        MegakernelUnavailable: as attach, or the decoder is not bf16 on a CUDA device.
+        MegakernelUnavailable: no CUDA GPU of compute capability 8.0+, no compiler, or non-bf16 weights.
     """
-    weight = decoder.pre_conv.conv.weight
-    if weight.dtype != torch.bfloat16 or weight.device.type != "cuda":
-        raise MegakernelUnavailable(f"the codec's kernels need bf16 on CUDA, not {weight.dtype} on {weight.device}")
+    _require_bf16_cuda(decoder.pre_conv.conv.weight)
     module = build()
     for snake in decoder.modules():
         if isinstance(snake, SnakeBeta):

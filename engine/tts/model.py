@@ -61,7 +61,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(D, cfg.rms_norm_eps)  # per head, before RoPE
         self.k_norm = RMSNorm(D, cfg.rms_norm_eps)
         self.head_dim = D
-        # set by engine.tts.megakernel.attach: the norms, RoPE and cache writes below in one CUDA launch
+        # set by engine.tts.megakernel.attach: the projections, norms, RoPE and cache writes below in two CUDA launches
         self.prologue = None
 
     def forward(self, x, cos, sin, cache: KVCache, layer: int) -> torch.Tensor:
@@ -69,7 +69,7 @@ class Attention(nn.Module):
         T, D = x.shape[0], self.head_dim
         start, end = cache.length, cache.length + T
         if self.prologue is not None:
-            q = self.prologue(self.q_proj(x), self.k_proj(x), self.v_proj(x), cos, sin, cache, layer)
+            q = self.prologue(x, cos, sin, cache, layer)
         else:
             q = self.q_norm(self.q_proj(x).view(T, -1, D)).transpose(0, 1)  # (heads, T, D)
             k = self.k_norm(self.k_proj(x).view(T, -1, D)).transpose(0, 1)  # (kv_heads, T, D)

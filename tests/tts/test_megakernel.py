@@ -74,16 +74,22 @@ def test_kernel_step_equals_the_pytorch_stack_step_by_step(tiny_checkpoint, tiny
 
 
 def test_attention_prologue_equals_the_pytorch_ops(tiny_checkpoint, full_checkpoint):
-    """A multi-token Attention.forward with the kernel's prologue (q/k norm, RoPE, K/V cache write in one launch)
-    against model.py's own ops on the same bf16 inputs, head_dim 16 and 128, 2 to 300 tokens: V copied exactly; K
-    and the layer's output equal but where the norm's sum, added in another order, rounds the other way (at most 1%
-    of K's elements, each by a bf16 rounding step); the prologue writes at the cache's length; bad calls refused."""
+    """A multi-token Attention.forward with the kernel's prologue (q/k/v in one GEMM over the stacked weights, which
+    q_proj, k_proj and v_proj then view with unchanged values; q/k norm, RoPE, K/V cache write in one launch) against
+    model.py's own ops on the same bf16 inputs, head_dim 16 and 128, 2 to 300 tokens: V copied exactly; K and the
+    layer's output equal but where the norm's sum, added in another order, rounds the other way (at most 1% of K's
+    elements, each by a bf16 rounding step); the prologue writes at the cache's length; bad calls refused."""
     for checkpoint in (tiny_checkpoint, full_checkpoint):
         tts = load_tts(checkpoint, device="cuda", megakernel=True)
+        plain = load_tts(checkpoint, device="cuda", megakernel=False).model.talker.model.layers[1].self_attn
         stack = tts.model.talker.model
         attention, layer = stack.layers[1].self_attn, 1
         prologue = attention.prologue
-        assert prologue is not None
+        assert prologue is not None and plain.prologue is None
+        for name in ("q_proj", "k_proj", "v_proj"):
+            weight = getattr(attention, name).weight
+            assert torch.equal(weight, getattr(plain, name).weight), name
+            assert prologue.weight.data_ptr() <= weight.data_ptr() < prologue.weight[-1].data_ptr(), name
         generator = torch.Generator(device="cuda").manual_seed(3)
         with torch.inference_mode():
             for T in (2, 37, 300):
@@ -109,25 +115,28 @@ def test_attention_prologue_equals_the_pytorch_ops(tiny_checkpoint, full_checkpo
                 assert _cosine(got, expected) >= 0.99999, f"{where}: cosine {_cosine(got, expected):.7f}"
 
                 # at the cache's length: the same rows, 5 positions on
-                q, k, v = attention.q_proj(x), attention.k_proj(x), attention.v_proj(x)
                 shifted = stack.new_cache(T + 8, x)
                 shifted.k.zero_()
                 shifted.v.zero_()
                 shifted.length = 5
-                prologue(q, k, v, cos, sin, shifted, layer)
+                prologue(x, cos, sin, shifted, layer)
                 assert torch.equal(shifted.k[layer, :, 5:5 + T], fast.k[layer, :, :T]), where
                 assert torch.equal(shifted.v[layer, :, 5:5 + T], fast.v[layer, :, :T]), where
                 assert not shifted.k[layer, :, :5].any() and not shifted.k[:layer].any(), where
 
+            q, k, v = attention.q_proj(x), attention.k_proj(x), attention.v_proj(x)
+
+            def call(q, length=0, layer=layer):
+                return prologue.module.attention_prologue(q, k, v, prologue.q_norm, prologue.k_norm, cos, sin,
+                                                          shifted.k, shifted.v, layer, length, prologue.eps)
+
             with pytest.raises(RuntimeError, match="outside the cache's capacity"):
-                shifted.length = 9
-                prologue(q, k, v, cos, sin, shifted, layer)
+                call(q, length=9)
             with pytest.raises(RuntimeError, match="q must be bfloat16"):
-                shifted.length = 0
-                prologue(q.float(), k, v, cos, sin, shifted, layer)
+                call(q.float())
             with pytest.raises(RuntimeError, match="layer 99 outside"):
-                prologue(q, k, v, cos, sin, shifted, 99)
-        del tts
+                call(q, layer=99)
+        del tts, plain
         torch.cuda.empty_cache()
 
 
