@@ -70,6 +70,16 @@ __device__ __forceinline__ void prepare_head(float* vec, const float* src, const
   __syncwarp();
 }
 
+// One warp: a prepared k or v vector rounded to bf16 in place, as the cache stores it (so every step attends to the
+// same keys and values), and written to the cache row where `write` (one block per kv head).
+__device__ __forceinline__ void round_to_cache(float* vec, __nv_bfloat16* cache, bool write, int D) {
+  for (int i = threadIdx.x & 31; i < D; i += 32) {
+    const __nv_bfloat16 b = __float2bfloat16(vec[i]);
+    vec[i] = __bfloat162float(b);
+    if (write) cache[i] = b;
+  }
+}
+
 // Stage B for query head h: warps 0-2 prepare q and its kv head's new k and v at once (a warp each; k and v rounded
 // to bf16 as the cache stores them, and written there by one block per kv head), then the block attends over
 // positions 0..pos.
@@ -86,16 +96,10 @@ __device__ void attention_head(const StackParams& p, const LayerWeights& w, int 
   if (warp == 0) {
     prepare_head(q, p.qkv + h * D, w.q_norm, true, D, pos, p.eps, p.rope_theta);
   } else if (warp <= 2) {
-    // the new position is used as the cache stores it (bf16), so every step sees the same keys
     float* vec = warp == 1 ? k : v;
-    __nv_bfloat16* cache = (warp == 1 ? p.cache_k : p.cache_v) + (head_base + pos) * D;
     prepare_head(vec, p.qkv + (warp == 1 ? NH : NH + NKV) * D + g * D, warp == 1 ? w.k_norm : nullptr, warp == 1, D,
                  pos, p.eps, p.rope_theta);
-    for (int i = lane; i < D; i += 32) {
-      const __nv_bfloat16 b = __float2bfloat16(vec[i]);
-      vec[i] = __bfloat162float(b);
-      if (h % group == 0) cache[i] = b;
-    }
+    round_to_cache(vec, (warp == 1 ? p.cache_k : p.cache_v) + (head_base + pos) * D, h % group == 0, D);
   }
   __syncthreads();
   probe(kHeadPrepared);
@@ -176,15 +180,8 @@ __device__ void attention_first_head(const StackParams& p, const LayerWeights& w
     float* vec = smem + (kind * T + t) * D;
     prepare_head(vec, src, kind == 0 ? w.q_norm : (kind == 1 ? w.k_norm : nullptr), kind < 2, D, t, p.eps,
                  p.rope_theta);
-    if (kind > 0) {
-      __nv_bfloat16* cache =
-          (kind == 1 ? p.cache_k : p.cache_v) + ((static_cast<int64_t>(layer) * NKV + g) * p.capacity + t) * D;
-      for (int i = lane; i < D; i += 32) {
-        const __nv_bfloat16 b = __float2bfloat16(vec[i]);
-        vec[i] = __bfloat162float(b);
-        if (h % group == 0) cache[i] = b;
-      }
-    }
+    const int64_t row = (static_cast<int64_t>(layer) * NKV + g) * p.capacity + t;
+    if (kind > 0) round_to_cache(vec, (kind == 1 ? p.cache_k : p.cache_v) + row * D, h % group == 0, D);
   }
   __syncthreads();
   if (warp < T) {
