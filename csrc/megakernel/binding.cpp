@@ -4,22 +4,50 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime.h>
 
+#include <string>
+#include <type_traits>
+
 #include "params.h"
+
+// TORCH_CHECK with a message built by message() below, never by TORCH_CHECK's own ostream.
+#define MK_CHECK(cond, ...) TORCH_CHECK(cond, message(__VA_ARGS__))
 
 #define MK_CHECK_CUDA(call)                                                                        \
   do {                                                                                             \
     const cudaError_t err_ = (call);                                                               \
-    TORCH_CHECK(err_ == cudaSuccess, #call, " failed at ", __FILE__, ":", __LINE__, ": ",          \
-                cudaGetErrorString(err_));                                                         \
+    MK_CHECK(err_ == cudaSuccess, #call, " failed at ", __FILE__, ":", __LINE__, ": ",             \
+             cudaGetErrorString(err_));                                                            \
   } while (0)
 
 namespace {
 
+// A refusal's text, numbers by std::to_string. An ostream would format them with the locale facets of the
+// libstdc++ the process loaded, while a compiler that links its own libstdc++ into the extension (CXX=/opt/gcc on
+// the lent H200) indexes them by its own ids: every message with a number in it was a segfault there.
+std::string text(const char* s) { return s; }
+std::string text(const std::string& s) { return s; }
+std::string text(c10::ScalarType t) { return c10::toString(t); }
+std::string text(const c10::Device& d) { return d.str(); }
+std::string text(c10::IntArrayRef values) {
+  std::string s = "[";
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + std::to_string(values[i]);
+  return s + "]";
+}
+template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>>
+std::string text(T number) {
+  return std::to_string(number);
+}
+
+template <typename... Parts>
+std::string message(const Parts&... parts) {
+  return (std::string{} + ... + text(parts));
+}
+
 void expect(const torch::Tensor& t, const char* name, torch::ScalarType dtype, int64_t numel) {
-  TORCH_CHECK(t.is_cuda(), name, " must be on a CUDA device");
-  TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", c10::toString(dtype), ", got ", t.scalar_type());
-  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
-  TORCH_CHECK(numel < 0 || t.numel() == numel, name, " has ", t.numel(), " elements, expected ", numel);
+  MK_CHECK(t.is_cuda(), name, " must be on a CUDA device");
+  MK_CHECK(t.scalar_type() == dtype, name, " must be ", c10::toString(dtype), ", got ", t.scalar_type());
+  MK_CHECK(t.is_contiguous(), name, " must be contiguous");
+  MK_CHECK(numel < 0 || t.numel() == numel, name, " has ", t.numel(), " elements, expected ", numel);
 }
 
 template <typename T>
@@ -32,16 +60,16 @@ T* ptr(const torch::Tensor& t) {
 mk::StackParams make_stack(torch::Tensor layers, std::vector<int64_t> dims, double eps, double rope_theta,
                            torch::Tensor final_norm, torch::Tensor x, torch::Tensor qkv, torch::Tensor attn,
                            torch::Tensor mlp, int64_t tokens) {
-  TORCH_CHECK(dims.size() == 5, "dims must be (hidden, intermediate, heads, kv_heads, head_dim)");
+  MK_CHECK(dims.size() == 5, "dims must be (hidden, intermediate, heads, kv_heads, head_dim)");
   const int64_t H = dims[0], I = dims[1], NH = dims[2], NKV = dims[3], D = dims[4];
   expect(layers, "layers", torch::kInt64, -1);
-  TORCH_CHECK(layers.dim() == 2 && layers.size(1) == 11, "layers must be int64 (num_layers, 11)");
-  TORCH_CHECK(layers.size(0) <= mk::kMaxLayers, "at most ", mk::kMaxLayers, " layers, got ", layers.size(0));
-  TORCH_CHECK(dims[0] <= mk::kMaxNormed, "hidden size ", dims[0], " exceeds the kernel's ", mk::kMaxNormed);
-  TORCH_CHECK(D <= mk::kMaxHeadDim, "head_dim ", D, " exceeds the kernel's ", mk::kMaxHeadDim);
-  TORCH_CHECK(H % 8 == 0 && I % 8 == 0 && D % 8 == 0 && NH % NKV == 0, "sizes must be multiples of 8, heads of kv_heads");
+  MK_CHECK(layers.dim() == 2 && layers.size(1) == 11, "layers must be int64 (num_layers, 11)");
+  MK_CHECK(layers.size(0) <= mk::kMaxLayers, "at most ", mk::kMaxLayers, " layers, got ", layers.size(0));
+  MK_CHECK(dims[0] <= mk::kMaxNormed, "hidden size ", dims[0], " exceeds the kernel's ", mk::kMaxNormed);
+  MK_CHECK(D <= mk::kMaxHeadDim, "head_dim ", D, " exceeds the kernel's ", mk::kMaxHeadDim);
+  MK_CHECK(H % 8 == 0 && I % 8 == 0 && D % 8 == 0 && NH % NKV == 0, "sizes must be multiples of 8, heads of kv_heads");
   expect(final_norm, "final_norm", torch::kBFloat16, H);
-  TORCH_CHECK(tokens == 1 || tokens == 2, "tokens must be 1 or 2, got ", tokens);
+  MK_CHECK(tokens == 1 || tokens == 2, "tokens must be 1 or 2, got ", tokens);
   expect(x, "x", torch::kFloat32, tokens * H);
   expect(qkv, "qkv", torch::kFloat32, tokens * (NH + 2 * NKV) * D);
   expect(attn, "attn", torch::kFloat32, tokens * NH * D);
@@ -62,10 +90,10 @@ mk::StackParams with_cache(mk::StackParams p, const torch::Tensor& k, const torc
                            const char* name) {
   expect(k, name, torch::kBFloat16, -1);
   expect(v, name, torch::kBFloat16, -1);
-  TORCH_CHECK(k.dim() == 4 && k.size(0) == p.num_layers && k.size(1) == p.num_kv_heads && k.size(3) == p.head_dim,
+  MK_CHECK(k.dim() == 4 && k.size(0) == p.num_layers && k.size(1) == p.num_kv_heads && k.size(3) == p.head_dim,
               name, " must be (layers, kv_heads, capacity, head_dim)");
-  TORCH_CHECK(v.sizes() == k.sizes(), name, ": keys and values differ in shape");
-  TORCH_CHECK(last < k.size(2), name, ": position ", last, " outside the cache's capacity ", k.size(2));
+  MK_CHECK(v.sizes() == k.sizes(), name, ": keys and values differ in shape");
+  MK_CHECK(last < k.size(2), name, ": position ", last, " outside the cache's capacity ", k.size(2));
   p.cache_k = ptr<__nv_bfloat16>(k);
   p.cache_v = ptr<__nv_bfloat16>(v);
   p.capacity = static_cast<int>(k.size(2));
@@ -75,7 +103,7 @@ mk::StackParams with_cache(mk::StackParams p, const torch::Tensor& k, const torc
 // One token through the stack at `pos`; writes K/V there and the final-normed state to out.
 void decoder_step(const mk::StackParams& stack, torch::Tensor cache_k, torch::Tensor cache_v, int64_t pos,
                   torch::Tensor x_in, torch::Tensor out, int64_t blocks) {
-  TORCH_CHECK(pos >= 0, "pos must be >= 0");
+  MK_CHECK(pos >= 0, "pos must be >= 0");
   const mk::StackParams p = with_cache(stack, cache_k, cache_v, pos, "cache");
   expect(x_in, "x_in", torch::kFloat32, p.hidden);
   expect(out, "out", torch::kFloat32, p.hidden);
@@ -92,12 +120,12 @@ mk::FrameParams make_frames(const mk::StackParams& talker, const mk::StackParams
                             c10::optional<torch::Tensor> proj_b, torch::Tensor logits, torch::Tensor talker_in,
                             torch::Tensor predictor_in, torch::Tensor predictor_src) {
   mk::FrameParams p{};
-  TORCH_CHECK(talker.num_layers + predictor.num_layers <= mk::kMaxLayers, "at most ", mk::kMaxLayers,
+  MK_CHECK(talker.num_layers + predictor.num_layers <= mk::kMaxLayers, "at most ", mk::kMaxLayers,
               " layers in the talker and the code predictor together");
-  TORCH_CHECK(predictor.tokens == 2, "the code predictor's stack needs scratch for its two prefill tokens");
+  MK_CHECK(predictor.tokens == 2, "the code predictor's stack needs scratch for its two prefill tokens");
   p.talker = talker;
   p.predictor = predictor;
-  TORCH_CHECK(codec_head.dim() == 2 && codec_head.size(1) == talker.hidden, "codec_head must be (vocab, talker hidden)");
+  MK_CHECK(codec_head.dim() == 2 && codec_head.size(1) == talker.hidden, "codec_head must be (vocab, talker hidden)");
   expect(codec_head, "codec_head", torch::kBFloat16, -1);
   expect(predictor_heads, "predictor_heads", torch::kInt64, -1);
   expect(embeddings, "embeddings", torch::kInt64, predictor_heads.numel() + 1);
@@ -108,11 +136,11 @@ mk::FrameParams make_frames(const mk::StackParams& talker, const mk::StackParams
   p.embeddings = ptr<const int64_t>(embeddings);
   p.groups = static_cast<int>(embeddings.numel());
   const bool projected = proj_w.has_value() && proj_w->defined();
-  TORCH_CHECK(projected || talker.hidden == predictor.hidden,
+  MK_CHECK(projected || talker.hidden == predictor.hidden,
               "the predictor is narrower than the talker, so small_to_mtp_projection is needed");
   if (projected) {
     expect(*proj_w, "proj_w", torch::kBFloat16, static_cast<int64_t>(predictor.hidden) * talker.hidden);
-    TORCH_CHECK(proj_b.has_value() && proj_b->defined(), "proj_b is needed with proj_w");
+    MK_CHECK(proj_b.has_value() && proj_b->defined(), "proj_b is needed with proj_w");
     expect(*proj_b, "proj_b", torch::kBFloat16, predictor.hidden);
     p.proj_w = ptr<const __nv_bfloat16>(*proj_w);
     p.proj_b = ptr<const __nv_bfloat16>(*proj_b);
@@ -138,8 +166,8 @@ void run_frames(mk::FrameParams p, torch::Tensor talker_k, torch::Tensor talker_
                 torch::Tensor text_inputs, torch::Tensor hidden, torch::Tensor codes, torch::Tensor frames_done,
                 int64_t blocks) {
   const int64_t frames = codes.size(0);
-  TORCH_CHECK(frames >= 1 && codes.dim() == 2 && codes.size(1) == p.groups, "codes must be (frames >= 1, groups)");
-  TORCH_CHECK(talker_pos >= 0, "talker_pos must be >= 0");
+  MK_CHECK(frames >= 1 && codes.dim() == 2 && codes.size(1) == p.groups, "codes must be (frames >= 1, groups)");
+  MK_CHECK(talker_pos >= 0, "talker_pos must be >= 0");
   const int64_t steps = frames - 1 + (advance_first ? 1 : 0);
   p.talker = with_cache(p.talker, talker_k, talker_v, talker_pos + steps - 1, "talker cache");
   p.predictor = with_cache(p.predictor, predictor_k, predictor_v, p.groups - 1, "predictor cache");
@@ -149,8 +177,8 @@ void run_frames(mk::FrameParams p, torch::Tensor talker_k, torch::Tensor talker_
   expect(hidden, "hidden", torch::kFloat32, p.talker.hidden);
   expect(codes, "codes", torch::kInt64, -1);
   expect(frames_done, "frames_done", torch::kInt32, 1);
-  TORCH_CHECK(eos_id >= 0 && eos_id < p.talker_vocab, "eos_id outside the codec vocabulary");
-  TORCH_CHECK(temperature >= 0 && predictor_temperature >= 0 && top_k >= 1 && predictor_top_k >= 1,
+  MK_CHECK(eos_id >= 0 && eos_id < p.talker_vocab, "eos_id outside the codec vocabulary");
+  MK_CHECK(temperature >= 0 && predictor_temperature >= 0 && top_k >= 1 && predictor_top_k >= 1,
               "temperatures must be >= 0 and top_k >= 1");
   p.talker_pos = static_cast<int>(talker_pos);
   p.advance_first = advance_first;
@@ -178,29 +206,29 @@ void run_frames(mk::FrameParams p, torch::Tensor talker_k, torch::Tensor talker_
 torch::Tensor attention_prologue(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor q_norm,
                                  torch::Tensor k_norm, torch::Tensor cos, torch::Tensor sin, torch::Tensor cache_k,
                                  torch::Tensor cache_v, int64_t layer, int64_t start, double eps) {
-  TORCH_CHECK(cache_k.dim() == 4 && cache_k.sizes() == cache_v.sizes(),
+  MK_CHECK(cache_k.dim() == 4 && cache_k.sizes() == cache_v.sizes(),
               "cache_k and cache_v must be (layers, kv_heads, capacity, head_dim)");
   expect(cache_k, "cache_k", torch::kBFloat16, -1);
   expect(cache_v, "cache_v", torch::kBFloat16, -1);
   const int64_t D = cache_k.size(3), kv_heads = cache_k.size(1), T = q.size(0);
   auto rows = [&](const torch::Tensor& t, const char* name, int64_t width) {
-    TORCH_CHECK(t.is_cuda() && t.scalar_type() == torch::kBFloat16, name, " must be bfloat16 on a CUDA device");
-    TORCH_CHECK(t.dim() == 2 && t.size(0) == T && t.stride(1) == 1 && t.size(1) == width, name, " must be (",
+    MK_CHECK(t.is_cuda() && t.scalar_type() == torch::kBFloat16, name, " must be bfloat16 on a CUDA device");
+    MK_CHECK(t.dim() == 2 && t.size(0) == T && t.stride(1) == 1 && t.size(1) == width, name, " must be (",
                 T, ", ", width, ") with unit stride along a row, got ", t.sizes(), " strides ", t.strides());
   };
-  TORCH_CHECK(T >= 1 && q.dim() == 2 && q.size(1) % (kv_heads * D) == 0, "q must be (tokens, heads * head_dim)");
+  MK_CHECK(T >= 1 && q.dim() == 2 && q.size(1) % (kv_heads * D) == 0, "q must be (tokens, heads * head_dim)");
   rows(q, "q", q.size(1));
   rows(k, "k", kv_heads * D);
   rows(v, "v", kv_heads * D);
   for (const torch::Tensor* t : {&k, &v, &q_norm, &k_norm, &cos, &sin, &cache_k, &cache_v})
-    TORCH_CHECK(t->device() == q.device(), "every tensor must be on q's device, ", q.device());
+    MK_CHECK(t->device() == q.device(), "every tensor must be on q's device, ", q.device());
   expect(q_norm, "q_norm", torch::kBFloat16, D);
   expect(k_norm, "k_norm", torch::kBFloat16, D);
   expect(cos, "cos", torch::kBFloat16, T * D);
   expect(sin, "sin", torch::kBFloat16, T * D);
-  TORCH_CHECK(D % 2 == 0 && D <= 2048, "head_dim must be even and at most 2048, got ", D);
-  TORCH_CHECK(layer >= 0 && layer < cache_k.size(0), "layer ", layer, " outside the cache's ", cache_k.size(0));
-  TORCH_CHECK(start >= 0 && start + T <= cache_k.size(2), "positions ", start, "..", start + T - 1,
+  MK_CHECK(D % 2 == 0 && D <= 2048, "head_dim must be even and at most 2048, got ", D);
+  MK_CHECK(layer >= 0 && layer < cache_k.size(0), "layer ", layer, " outside the cache's ", cache_k.size(0));
+  MK_CHECK(start >= 0 && start + T <= cache_k.size(2), "positions ", start, "..", start + T - 1,
               " outside the cache's capacity of ", cache_k.size(2));
   const int64_t heads = q.size(1) / D;
   auto q_out = torch::empty({heads, T, D}, q.options());
@@ -222,12 +250,12 @@ torch::Tensor attention_prologue(torch::Tensor q, torch::Tensor k, torch::Tensor
 // The codec's SnakeBeta, x + sin^2(x * frequency) * inverse_beta per channel, on x (batch, channels, length) bf16 of
 // any strides; frequency and inverse_beta hold a value a channel. Returns a new contiguous tensor.
 torch::Tensor snake(torch::Tensor x, torch::Tensor frequency, torch::Tensor inverse_beta) {
-  TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kBFloat16, "x must be bfloat16 on a CUDA device");
-  TORCH_CHECK(x.dim() == 3, "x must be (batch, channels, length), got ", x.sizes());
+  MK_CHECK(x.is_cuda() && x.scalar_type() == torch::kBFloat16, "x must be bfloat16 on a CUDA device");
+  MK_CHECK(x.dim() == 3, "x must be (batch, channels, length), got ", x.sizes());
   const int64_t channels = x.size(1);
-  TORCH_CHECK(x.numel() < (int64_t{1} << 31), "x has ", x.numel(), " elements, more than a launch indexes");
+  MK_CHECK(x.numel() < (int64_t{1} << 31), "x has ", x.numel(), " elements, more than a launch indexes");
   for (const auto& [t, name] : {std::pair{&frequency, "frequency"}, std::pair{&inverse_beta, "inverse_beta"}}) {
-    TORCH_CHECK(t->device() == x.device() && t->scalar_type() == torch::kBFloat16 && t->is_contiguous() &&
+    MK_CHECK(t->device() == x.device() && t->scalar_type() == torch::kBFloat16 && t->is_contiguous() &&
                 t->numel() == channels, name, " must be ", channels, " contiguous bfloat16 values on x's device");
   }
   auto out = torch::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
@@ -251,7 +279,7 @@ torch::Tensor snake(torch::Tensor x, torch::Tensor frequency, torch::Tensor inve
 int64_t plan(cudaError_t (*coresident)(size_t, int*), size_t smem, const char* what) {
   int blocks = 0;
   MK_CHECK_CUDA(coresident(smem, &blocks));
-  TORCH_CHECK(blocks > 0, "the ", what, " kernel does not fit on an SM with ", smem, " bytes of shared memory");
+  MK_CHECK(blocks > 0, "the ", what, " kernel does not fit on an SM with ", smem, " bytes of shared memory");
   return blocks;
 }
 
@@ -273,7 +301,7 @@ int64_t set_trace(c10::optional<torch::Tensor> trace) {
   MK_CHECK_CUDA(mk::trace_count(&count));
   if (trace.has_value() && trace->defined()) {
     expect(*trace, "trace", torch::kInt64, -1);
-    TORCH_CHECK(trace->dim() == 2 && trace->size(1) == 3, "trace must be int64 (n, 3)");
+    MK_CHECK(trace->dim() == 2 && trace->size(1) == 3, "trace must be int64 (n, 3)");
     MK_CHECK_CUDA(mk::set_trace(ptr<unsigned long long>(*trace), static_cast<int>(trace->size(0))));
   } else {
     MK_CHECK_CUDA(mk::set_trace(nullptr, 0));

@@ -130,11 +130,13 @@ def test_attention_prologue_equals_the_pytorch_ops(tiny_checkpoint, full_checkpo
                 return prologue.module.attention_prologue(q, k, v, prologue.q_norm, prologue.k_norm, cos, sin,
                                                           shifted.k, shifted.v, layer, length, prologue.eps)
 
-            with pytest.raises(RuntimeError, match="outside the cache's capacity"):
+            layers, capacity = shifted.k.shape[0], shifted.k.shape[2]
+            refusal = rf"positions 9\.\.{T + 8} outside the cache's capacity of {capacity}"
+            with pytest.raises(RuntimeError, match=refusal):
                 call(q, length=9)
             with pytest.raises(RuntimeError, match="q must be bfloat16"):
                 call(q.float())
-            with pytest.raises(RuntimeError, match="layer 99 outside"):
+            with pytest.raises(RuntimeError, match=f"layer 99 outside the cache's {layers}"):
                 call(q, layer=99)
         del tts, plain
         torch.cuda.empty_cache()
