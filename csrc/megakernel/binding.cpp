@@ -275,6 +275,52 @@ torch::Tensor snake(torch::Tensor x, torch::Tensor frequency, torch::Tensor inve
   return out;
 }
 
+// model.py's RMSNorm, weight * F.rms_norm(x) over x's last dimension, on x bf16 contiguous. Returns a new tensor.
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
+  expect(x, "x", torch::kBFloat16, -1);
+  MK_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "x must have a last dimension to normalize, got ", x.sizes());
+  const int64_t width = x.size(-1), rows = x.numel() / width;
+  expect(weight, "weight", torch::kBFloat16, width);
+  MK_CHECK(weight.device() == x.device(), "weight must be on x's device, ", x.device());
+  MK_CHECK(rows < (int64_t{1} << 31), "x has ", rows, " rows, more than a launch indexes");
+  auto out = torch::empty_like(x);
+  mk::RmsNorm n{};
+  n.x = ptr<const __nv_bfloat16>(x);
+  n.weight = ptr<const __nv_bfloat16>(weight);
+  n.out = ptr<__nv_bfloat16>(out);
+  n.rows = static_cast<int>(rows);
+  n.width = static_cast<int>(width);
+  n.eps = static_cast<float>(eps);
+  const c10::cuda::CUDAGuard guard(x.device());
+  MK_CHECK_CUDA(mk::launch_rms_norm(n, at::cuda::getCurrentCUDAStream()));
+  return out;
+}
+
+// silu(gate) * up on gate, up bf16 (rows, width), each with unit stride along a row (the two halves of one GEMM's
+// output, say). Returns a new contiguous (rows, width) tensor.
+torch::Tensor swiglu(torch::Tensor gate, torch::Tensor up) {
+  for (const auto& [t, name] : {std::pair{&gate, "gate"}, std::pair{&up, "up"}}) {
+    MK_CHECK(t->is_cuda() && t->scalar_type() == torch::kBFloat16, name, " must be bfloat16 on a CUDA device");
+    MK_CHECK(t->dim() == 2 && t->stride(1) == 1, name, " must be (rows, width) with unit stride along a row, got ",
+             t->sizes(), " strides ", t->strides());
+  }
+  MK_CHECK(gate.sizes() == up.sizes() && gate.device() == up.device(), "gate ", gate.sizes(), " and up ",
+           up.sizes(), " must match, on one device");
+  MK_CHECK(gate.numel() < (int64_t{1} << 31), "gate has ", gate.numel(), " elements, more than a launch indexes");
+  auto out = torch::empty(gate.sizes(), gate.options().memory_format(at::MemoryFormat::Contiguous));
+  mk::Swiglu s{};
+  s.gate = ptr<const __nv_bfloat16>(gate);
+  s.up = ptr<const __nv_bfloat16>(up);
+  s.gate_stride = gate.stride(0);
+  s.up_stride = up.stride(0);
+  s.out = ptr<__nv_bfloat16>(out);
+  s.rows = static_cast<int>(gate.size(0));
+  s.width = static_cast<int>(gate.size(1));
+  const c10::cuda::CUDAGuard guard(gate.device());
+  MK_CHECK_CUDA(mk::launch_swiglu(s, at::cuda::getCurrentCUDAStream()));
+  return out;
+}
+
 // How many blocks a launch uses (all co-resident), or an error naming the limit.
 int64_t plan(cudaError_t (*coresident)(size_t, int*), size_t smem, const char* what) {
   int blocks = 0;
@@ -324,4 +370,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention_prologue", &attention_prologue,
         "a prefill layer's q/k RMSNorm + RoPE and K/V cache write for its tokens, in one launch");
   m.def("snake", &snake, "the speech codec's SnakeBeta activation in one launch");
+  m.def("rms_norm", &rms_norm, "model.py's RMSNorm (weight * F.rms_norm) in one launch");
+  m.def("swiglu", &swiglu, "SwiGLU's silu(gate) * up in one launch");
 }

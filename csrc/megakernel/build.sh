@@ -7,7 +7,7 @@ cd "$(dirname "$0")"
 command -v nvcc >/dev/null || { echo "csrc/megakernel/build.sh: nvcc not found (CUDA 12+ needed)" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-for source in megakernel.cu attention_prologue.cu snake.cu; do
+for source in megakernel.cu attention_prologue.cu snake.cu rms_norm.cu swiglu.cu; do
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 \
     -Xptxas -v -c "$source" -o "$out/${source%.cu}.o" 2>&1 | grep -E "Compiling entry|registers|spill|error|warning"
 done

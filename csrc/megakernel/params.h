@@ -91,6 +91,25 @@ struct Snake {
 };
 cudaError_t launch_snake(const Snake& s, cudaStream_t stream);
 
+// model.py's RMSNorm, weight * F.rms_norm(x), over rows of bf16 (rms_norm.cu).
+struct RmsNorm {
+  const __nv_bfloat16* x;       // (rows, width) contiguous
+  const __nv_bfloat16* weight;  // (width)
+  __nv_bfloat16* out;           // (rows, width) contiguous
+  int rows, width;
+  float eps;
+};
+cudaError_t launch_rms_norm(const RmsNorm& n, cudaStream_t stream);
+
+// SwiGLU's silu(gate) * up over rows of bf16 (swiglu.cu).
+struct Swiglu {
+  const __nv_bfloat16 *gate, *up;  // (rows, width) each, with unit stride along a row
+  int64_t gate_stride, up_stride;  // between rows
+  __nv_bfloat16* out;              // (rows, width) contiguous
+  int rows, width;
+};
+cudaError_t launch_swiglu(const Swiglu& s, cudaStream_t stream);
+
 // Shared memory a launch needs, blocks that fit co-resident, and the launches (megakernel.cu).
 size_t step_shared_bytes(const StackParams& p, int tokens);
 size_t frame_shared_bytes(const FrameParams& p);

@@ -28,7 +28,7 @@ from engine.errors import ModelFilesError
 from engine.tts.checkpoint import load_weights
 from engine.tts.config import read_json
 from engine.tts.graphs import GraphSet
-from engine.tts.model import RMSNorm, rotate_half
+from engine.tts.model import MLP, RMSNorm, rotate_half
 
 __all__ = ["CodecConfig", "CodecDecoder", "CodecStream", "StreamState", "load_codec"]
 
@@ -437,26 +437,13 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 
-class Mlp(nn.Module):
-    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
-
-    def __init__(self, config: CodecConfig):
-        super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class TransformerLayer(nn.Module):
     """Pre-norm attention and MLP, each residual branch scaled by a LayerScale."""
 
     def __init__(self, config: CodecConfig):
         super().__init__()
         self.self_attn = Attention(config)
-        self.mlp = Mlp(config)
+        self.mlp = MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn_layer_scale = LayerScale(config.hidden_size, config.layer_scale_initial_scale)

@@ -5,8 +5,9 @@ code predictor's 15 passes, the next input) in one persistent launch each, the h
 It also gives the talker's and the code predictor's DecoderStack a kernel step, so any other one-token
 forward of model.py runs its layer stack in one launch. Prefill stays on batched PyTorch matmuls, each layer's
 attention prologue (q/k RMSNorm, RoPE, the K/V cache write: 16 eager kernels) in one launch of the extension's
-(AttentionPrologue), and writes the same KV layout. `attach_codec(decoder)` runs the speech codec's SnakeBeta
-activations in it as well. Where CUDA, the compiler or a supported GPU is missing,
+(AttentionPrologue), its RMSNorms and SwiGLU activations in one each (FusedMLP: gate and up in one GEMM), and writes
+the same KV layout. `attach_codec(decoder)` runs the speech codec's SnakeBeta activations, RMSNorms and MLPs in it
+as well. Where CUDA, the compiler or a supported GPU is missing,
 `MegakernelUnavailable` says why and the caller keeps the PyTorch path.
 """
 
@@ -22,12 +23,13 @@ import torch.nn.functional as F
 
 from engine.errors import ParleyError
 from engine.tts.codec import CodecDecoder, SnakeBeta
-from engine.tts.model import Attention, DecoderStack, FrameState, KVCache, Qwen3TTS
+from engine.tts.model import MLP, Attention, DecoderStack, FrameState, KVCache, Qwen3TTS, RMSNorm
 from engine.tts.prompt import TalkerInputs
 from engine.tts.sampling import Sampler, SamplingOptions
 
 CSRC = Path(__file__).resolve().parent.parent.parent / "csrc" / "megakernel"
-SOURCES = ("binding.cpp", "megakernel.cu", "attention_prologue.cu", "snake.cu")  # compiled; CSRC's headers too
+# the extension's sources; the build's hash covers CSRC's headers too
+SOURCES = ("binding.cpp", "megakernel.cu", "attention_prologue.cu", "snake.cu", "rms_norm.cu", "swiglu.cu")
 MAX_POSITIONS = 16384  # shared memory is planned for attention over this many cached positions
 
 _module = None
@@ -200,11 +202,7 @@ class AttentionPrologue:
 
     def __init__(self, attention: Attention, module):
         projections = (attention.q_proj, attention.k_proj, attention.v_proj)
-        with torch.no_grad():
-            self.weight = torch.cat([p.weight for p in projections])  # (q + k + v rows, hidden)
-        self.rows = [p.weight.shape[0] for p in projections]
-        for p, view in zip(projections, self.weight.split(self.rows)):
-            p.weight.data = view  # the same values, now held once: the separate copies are freed
+        self.weight, self.rows = _stacked(projections)
         # the norms' weights, not the module: the module holds this object, and no reference cycle keeps it alive
         self.q_norm, self.k_norm, self.eps = attention.q_norm.weight, attention.k_norm.weight, attention.q_norm.eps
         self.module = module
@@ -216,9 +214,43 @@ class AttentionPrologue:
                                               cache.length, self.eps)
 
 
+class FusedMLP:
+    """model.py's MLP in three launches: gate and up from one GEMM over the two weights stacked, silu(gate) * up in
+    one (csrc/megakernel/swiglu.cu, rounding as F.silu and the product do), then down_proj."""
+
+    def __init__(self, mlp: MLP, module):
+        self.weight, self.rows = _stacked((mlp.gate_proj, mlp.up_proj))
+        self.down_proj, self.module = mlp.down_proj, module  # a child of mlp: no reference cycle back to it
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = F.linear(x.reshape(-1, x.shape[-1]), self.weight).split(self.rows, dim=1)
+        return self.down_proj(self.module.swiglu(gate, up)).view(*x.shape[:-1], -1)
+
+
+def _stacked(linears) -> tuple[torch.Tensor, list[int]]:
+    """The linears' weights stacked into one tensor, which they then view (the same values, held once: the
+    separate copies are freed), and each one's rows."""
+    with torch.no_grad():
+        weight = torch.cat([linear.weight for linear in linears])
+    rows = [linear.weight.shape[0] for linear in linears]
+    for linear, view in zip(linears, weight.split(rows)):
+        linear.weight.data = view
+    return weight, rows
+
+
+def _fuse(modules, module) -> None:
+    """RMSNorms and MLPs among `modules` to the extension's kernels."""
+    for m in modules:
+        if isinstance(m, RMSNorm):
+            m.kernel = module.rms_norm
+        elif isinstance(m, MLP):
+            m.fused = FusedMLP(m, module)
+
+
 def attach(model: Qwen3TTS) -> None:
     """Run every single-token step of the talker and the code predictor in the kernel, every multi-token one's
-    attention prologue in one launch, and give the model a FrameKernel (model.frame_kernel) for whole frames.
+    attention prologue, RMSNorms and MLP activations in launches of the extension's own, and give the model a
+    FrameKernel (model.frame_kernel) for whole frames.
 
     Raises:
         MegakernelUnavailable: no CUDA GPU of compute capability 8.0+, no compiler, or non-bf16 weights.
@@ -226,15 +258,18 @@ def attach(model: Qwen3TTS) -> None:
     talker, predictor = model.talker.model, model.talker.code_predictor.model
     _require_bf16_cuda(next(talker.parameters()))
     module = build()
-    for layer in (*talker.layers, *predictor.layers):  # first: it moves q/k/v weights, whose addresses the steps keep
+    # first: these move the q/k/v and gate/up weights, whose addresses the kernel steps keep
+    for layer in (*talker.layers, *predictor.layers):
         layer.self_attn.prologue = AttentionPrologue(layer.self_attn, module)
+    _fuse(model.modules(), module)
     talker.kernel_step, predictor.kernel_step = KernelStep(talker), KernelStep(predictor, tokens=2)
     model.frame_kernel = FrameKernel(model, talker.kernel_step, predictor.kernel_step)
 
 
 def attach_codec(decoder: CodecDecoder) -> None:
-    """Run the speech codec's SnakeBeta activations in one launch each (csrc/megakernel/snake.cu), not five; before
-    the decoder's first stream on CUDA, whose graphs keep the ops they were captured with.
+    """Run the speech codec's SnakeBeta activations in one launch each (csrc/megakernel/snake.cu), not five, and its
+    transformer's RMSNorms and MLPs as the talker's; before the decoder's first stream on CUDA, whose graphs keep the
+    ops they were captured with.
 
     Raises:
         MegakernelUnavailable: no CUDA GPU of compute capability 8.0+, no compiler, or non-bf16 weights.
@@ -244,3 +279,4 @@ def attach_codec(decoder: CodecDecoder) -> None:
     for snake in decoder.modules():
         if isinstance(snake, SnakeBeta):
             snake.kernel = module.snake
+    _fuse(decoder.modules(), module)

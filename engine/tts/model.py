@@ -24,8 +24,12 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
+        # set by engine.tts.megakernel: (x, weight, eps) -> this forward for bf16 x, in one CUDA launch
+        self.kernel = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel is not None and x.dtype == torch.bfloat16:
+            return self.kernel(x.contiguous(), self.weight, self.eps)
         # float32 statistics, then back to the input dtype before the weight, as the official Qwen3TTSRMSNorm:
         # F.rms_norm computes in float32 and rounds once, one kernel on CUDA where the formula takes seven
         return self.weight * F.rms_norm(x, self.weight.shape, eps=self.eps)
@@ -88,13 +92,20 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
+    """SwiGLU feed-forward, down(silu(gate(x)) * up(x)): the talker's, the code predictor's and the codec's (cfg a
+    DecoderConfig or the codec's CodecConfig: both have the two sizes it reads)."""
+
     def __init__(self, cfg: DecoderConfig):
         super().__init__()
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        # set by engine.tts.megakernel: this forward in three CUDA launches
+        self.fused = None
 
     def forward(self, x):
+        if self.fused is not None:
+            return self.fused(x)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 

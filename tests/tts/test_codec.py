@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 from engine.errors import ModelFilesError
 from engine.tts.codec import CodecConfig, CodecDecoder, SnakeBeta, StreamState, load_codec
 from engine.tts.megakernel import attach_codec
+from engine.tts.model import MLP, RMSNorm
 from engine.tts.testing import codec_files
 from engine.tts.testing.codec_files import codec_config, randomize_decoder, write_codec_folder
 
@@ -258,13 +259,15 @@ def test_cuda_bfloat16_stream_tracks_float32_decode(tiny_folder, codes, full_aud
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_bf16_codec_with_the_snake_kernel_streams_as_without(tiny_folder, codes):
-    """With the megakernel's SnakeBeta (one launch each, engine.tts.megakernel.attach_codec) the bf16 stream, graphs
-    replayed, is the five-op decoder's audio but where a rounding step differs: relative RMS difference < 1%."""
+def test_cuda_bf16_codec_with_the_megakernel_kernels_streams_as_without(tiny_folder, codes):
+    """With the megakernel's kernels (engine.tts.megakernel.attach_codec: SnakeBeta, RMSNorm and the MLP's activation
+    in one launch each, gate and up in one GEMM) the bf16 stream, graphs replayed, is the plain decoder's audio but
+    where a rounding step differs: relative RMS difference < 1%."""
     plain = load_codec(tiny_folder, device="cuda", dtype=torch.bfloat16)
     fused = load_codec(tiny_folder, device="cuda", dtype=torch.bfloat16)
     attach_codec(fused)
-    assert all(m.kernel is not None for m in fused.modules() if isinstance(m, SnakeBeta))
+    assert all(m.kernel is not None for m in fused.modules() if isinstance(m, (SnakeBeta, RMSNorm)))
+    assert all(m.fused is not None for m in fused.modules() if isinstance(m, MLP))
     expected = stream_in_chunks(plain, codes.cuda(), [1, 4]).float()
     got = stream_in_chunks(fused, codes.cuda(), [1, 4]).float()
     assert fused.captured_chunks == [1, 4]

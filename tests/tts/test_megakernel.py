@@ -14,7 +14,7 @@ import torch
 
 from engine.tts import SamplingOptions, load_tts
 from engine.tts.codec import SnakeBeta
-from engine.tts.model import FrameState, KVCache
+from engine.tts.model import MLP, FrameState, KVCache, RMSNorm
 from engine.tts.prompt import TalkerInputs
 from engine.tts.sampling import Sampler, gumbel_noise
 
@@ -164,6 +164,51 @@ def test_snake_kernel_equals_the_five_ops(short_checkpoint):
                 assert (got.float() - expected.float()).abs().max() <= 2 ** -7 * expected.float().abs().max()
         with pytest.raises(RuntimeError, match="x must be bfloat16"):
             snake.kernel(x.float(), snake._frequency, snake._inverse_beta)
+
+
+def test_rms_norm_and_mlp_kernels_equal_the_pytorch_ops(short_checkpoint):
+    """RMSNorm in one launch, and the MLP in three (gate and up from one GEMM over the stacked weights, which gate_proj
+    and up_proj then view with unchanged values; silu(gate) * up in one launch), against model.py's ops on the same
+    bf16 input, 1 to 300 rows and a (batch, rows, hidden) input as the codec's. RMSNorm: equal but where its sum,
+    added in another order, rounds the other way (at most 1% of elements, each by a rounding step or two); the MLP:
+    cosine >= 0.9999 (cuBLAS sums the stacked GEMM in another order too). load_tts attaches every RMSNorm and MLP of
+    the model and the codec; bad calls refused, naming the numbers."""
+    tts = load_tts(short_checkpoint, device="cuda", megakernel=True)
+    plain = load_tts(short_checkpoint, device="cuda", megakernel=False)
+    for model in (tts.model, tts.codec):
+        norms = [m for m in model.modules() if isinstance(m, RMSNorm)]
+        mlps = [m for m in model.modules() if isinstance(m, MLP)]
+        assert norms and mlps, type(model).__name__
+        assert all(m.kernel is not None for m in norms) and all(m.fused is not None for m in mlps)
+    layer, plain_layer = tts.model.talker.model.layers[1], plain.model.talker.model.layers[1]
+    fused = layer.mlp.fused
+    for name in ("gate_proj", "up_proj"):
+        weight = getattr(layer.mlp, name).weight
+        assert torch.equal(weight, getattr(plain_layer.mlp, name).weight), name
+        assert fused.weight.data_ptr() <= weight.data_ptr() < fused.weight[-1].data_ptr(), name
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    hidden = tts.model.talker.model.cfg.hidden_size
+    with torch.inference_mode():
+        for shape in ((1, hidden), (37, hidden), (300, hidden), (2, 7, hidden)):
+            x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=generator)
+            got, expected = layer.input_layernorm(x), plain_layer.input_layernorm(x)
+            assert got.shape == expected.shape and got.dtype == torch.bfloat16, shape
+            differ = (got != expected).float().mean().item()
+            assert differ <= 0.01, f"RMSNorm {shape}: {differ:.2%} of the elements differ"
+            assert ((got.float() - expected.float()).abs() <= 2 ** -6 * expected.float().abs()).all(), shape
+            got, expected = layer.mlp(x), plain_layer.mlp(x)
+            assert got.shape == expected.shape and got.dtype == torch.bfloat16, shape
+            assert _cosine(got, expected) >= 0.9999, f"MLP {shape}: cosine {_cosine(got, expected):.7f}"
+        module, norm = fused.module, layer.input_layernorm
+        with pytest.raises(RuntimeError, match="x must be BFloat16, got Float"):
+            module.rms_norm(x.float(), norm.weight, norm.eps)
+        with pytest.raises(RuntimeError, match=f"weight has 5 elements, expected {hidden}"):
+            module.rms_norm(x, norm.weight[:5], norm.eps)
+        gate = torch.zeros(3, 8, device="cuda", dtype=torch.bfloat16)
+        with pytest.raises(RuntimeError, match=r"gate \[3, 8\] and up \[3, 4\] must match"):
+            module.swiglu(gate, gate[:, :4])
+        with pytest.raises(RuntimeError, match="up must be bfloat16"):
+            module.swiglu(gate, gate.float())
 
 
 def test_engine_with_the_kernel_streams_speech(short_checkpoint):
