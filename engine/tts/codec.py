@@ -180,18 +180,41 @@ def _read(path: Path, section: dict, key: str, kind: type, where: str) -> Any:
 # ---- quantizer: codes -> (B, codebook_dim, T); nesting mirrors the official state-dict keys ----
 
 
-class Codebook(nn.Module):
+class Folded(nn.Module):
+    """A module with values that are functions of its weights alone (fold), computed when the weights are made,
+    loaded or moved (not in place: whoever writes them in place calls fold) instead of in every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_load_state_dict_post_hook(lambda module, _: module.fold())
+
+    def fold(self) -> None:
+        raise NotImplementedError
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        self.fold()  # from the converted weights, as the official computes them in their dtype
+        return self
+
+
+class Codebook(Folded):
     """One codebook stored as running sums: an entry is embedding_sum / max(cluster_usage, eps)."""
 
     def __init__(self, size: int, dim: int):
         super().__init__()
         self.cluster_usage = nn.Parameter(torch.ones(size))
         self.embedding_sum = nn.Parameter(torch.zeros(size, dim))
+        self.fold()
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        """(B, T) int64 -> (B, T, dim). Gathering before dividing gives the official values bit for bit."""
-        usage = self.cluster_usage.clamp(min=_CODEBOOK_EPSILON)
-        return F.embedding(codes, self.embedding_sum) / F.embedding(codes, usage[:, None])
+        """(B, T) int64 -> (B, T, dim)."""
+        return F.embedding(codes, self._entries)
+
+    def fold(self) -> None:
+        """The entries, divided as the official divides them (each the same two operands, so its value bit for bit):
+        a call gathers them in one kernel, not four."""
+        with torch.no_grad():
+            self._entries = self.embedding_sum / self.cluster_usage.clamp(min=_CODEBOOK_EPSILON)[:, None]
 
 
 class CodebookLayer(nn.Module):
@@ -306,15 +329,14 @@ class CausalTransposedConv(nn.Module):
         return y[..., :length]
 
 
-class SnakeBeta(nn.Module):
+class SnakeBeta(Folded):
     """x + sin^2(x * e^alpha) / (e^beta + 1e-9) per channel, as the official; pointwise in time, so nothing to carry."""
 
     def __init__(self, channels: int):
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
-        self.register_load_state_dict_post_hook(lambda module, _: module._fold())
-        self._fold()
+        self.fold()
         # set by engine.tts.megakernel.attach_codec: (x, frequency, inverse_beta) -> this forward, in one CUDA launch
         self.kernel = None
 
@@ -323,17 +345,11 @@ class SnakeBeta(nn.Module):
             return self.kernel(x, self._frequency, self._inverse_beta)
         return x + self._inverse_beta * torch.sin(x * self._frequency).pow(2)
 
-    def _fold(self) -> None:
-        """e^alpha and 1 / (e^beta + 1e-9), (1, C, 1): functions of the weights alone, so computed when the
-        weights are made, loaded or moved (not in place) instead of in every call: 4 of a call's 9 kernels."""
+    def fold(self) -> None:
+        """e^alpha and 1 / (e^beta + 1e-9), (1, C, 1): 4 of a call's 9 kernels, were they computed in it."""
         with torch.no_grad():
             self._frequency = self.alpha.exp()[None, :, None]
             self._inverse_beta = 1.0 / (self.beta.exp()[None, :, None] + 1e-9)
-
-    def _apply(self, fn, recurse=True):
-        super()._apply(fn, recurse)
-        self._fold()  # from the converted weights, as the official computes them in their dtype
-        return self
 
 
 class ConvNeXtBlock(nn.Module):

@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import save_file
 
@@ -288,6 +289,24 @@ def test_snake_factors_follow_the_weights_when_loaded_and_converted(decoder):
     half = copy.deepcopy(snake).to(torch.bfloat16)
     assert torch.equal(half(x.bfloat16()), official(half, x.bfloat16()))
 
+
+
+def test_codebook_entries_follow_the_weights_when_loaded_converted_and_randomized(decoder, full_config):
+    """A codebook's entries, divided once, are the official's embedding_sum / max(cluster_usage, 1e-5) of the loaded
+    weights, of the converted ones after a dtype change, and of the ones randomize_decoder writes in place."""
+    def official(m, codes):
+        return F.embedding(codes, m.embedding_sum / m.cluster_usage.clamp(min=1e-5)[:, None])
+
+    codes = torch.arange(0, decoder.config.codebook_size, 7)[None]
+    codebook = decoder.quantizer.rvq_rest.vq.layers[3]._codebook
+    assert (codebook.cluster_usage < 1e-5).any()  # entries the clamp decides
+    assert torch.equal(codebook(codes), official(codebook, codes))
+    half = copy.deepcopy(codebook).to(torch.bfloat16)
+    assert torch.equal(half(codes), official(half, codes))
+    fresh = CodecDecoder(full_config)
+    randomize_decoder(fresh, torch.Generator().manual_seed(1))
+    codebook = fresh.quantizer.rvq_first.vq.layers[0]._codebook
+    assert torch.equal(codebook(codes), official(codebook, codes))
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

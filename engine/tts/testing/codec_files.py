@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import EncodecFeatureExtractor, MimiConfig, MimiModel
 
-from engine.tts.codec import CodecConfig, CodecDecoder, ResidualUnit
+from engine.tts.codec import CodecConfig, CodecDecoder, Folded, ResidualUnit
 
 __all__ = ["codec_config", "write_codec_folder", "randomize_decoder"]
 
@@ -217,6 +217,9 @@ def randomize_decoder(decoder: CodecDecoder, generator: torch.Generator) -> None
             module.conv2.conv.weight.mul_(0.3)
     # The last conv writes the waveform: keep it well inside [-1, 1] so clamping rarely hides a difference.
     decoder.decoder[-1].conv.weight.mul_(0.1)
+    for module in decoder.modules():
+        if isinstance(module, Folded):  # written in place above: what it computes from its weights is stale
+            module.fold()
 
 
 def _fan_in(decoder: CodecDecoder, name: str, p: torch.Tensor) -> int:
