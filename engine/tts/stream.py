@@ -346,7 +346,7 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
             f"match config.json (code predictor vocab_size {codebook}, talker vocab_size "
             f"{config.talker.decoder.vocab_size}); the speech tokenizer belongs to another model"
         )
-    if model.frame_kernel is not None:  # the megakernel's extension is built: the codec's activations run in it too
+    if model.frame_kernel is not None:  # the megakernel's extension is built: the codec's elementwise chains run in it
         from engine.tts.megakernel import attach_codec
 
         attach_codec(codec)
