@@ -5,26 +5,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "ordinary.cuh"
 #include "params.h"
 
 namespace mk {
 namespace {
-
-constexpr int kPrologueWarps = 32;  // most warps a block can have: a thread a rotary pair, head_dim <= 2048
-
-// x rounded to bf16 and back: model.py's ops each round their bf16 result, and so does this kernel, step by step.
-__device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
-
-__device__ __forceinline__ float block_sum(float v) {
-  __shared__ float partial[kPrologueWarps];
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  if (threadIdx.x % 32 == 0) partial[warp] = v;
-  __syncthreads();
-  float total = 0.f;
-  for (int w = 0; w < warps; ++w) total += partial[w];
-  return total;
-}
 
 // A block a (token, head): q heads, then k heads, then v heads. Thread i holds the rotary pair (i, i + D/2), which
 // RoPE's rotate_half mixes; blockDim is D/2 rounded up to whole warps, the extra threads holding zeros.
@@ -65,7 +50,7 @@ __global__ void attention_prologue_kernel(AttentionPrologue a) {
 }  // namespace
 
 cudaError_t launch_attention_prologue(const AttentionPrologue& a, cudaStream_t stream) {
-  if (a.tokens < 1 || a.head_dim < 2 || a.head_dim % 2 != 0 || a.head_dim / 2 > 32 * kPrologueWarps)
+  if (a.tokens < 1 || a.head_dim < 2 || a.head_dim % 2 != 0 || a.head_dim / 2 > 32 * kMaxWarps)
     return cudaErrorInvalidValue;
   const int threads = (a.head_dim / 2 + 31) / 32 * 32;
   attention_prologue_kernel<<<a.tokens * (a.heads + 2 * a.kv_heads), threads, 0, stream>>>(a);

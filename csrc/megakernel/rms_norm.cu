@@ -4,14 +4,13 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "ordinary.cuh"
 #include "params.h"
 
 namespace mk {
 namespace {
 
 constexpr int kNormThreads = 256;
-
-__device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 // A block a row.
 __global__ void rms_norm_kernel(RmsNorm n) {
@@ -22,13 +21,7 @@ __global__ void rms_norm_kernel(RmsNorm n) {
     const float v = __bfloat162float(x[i]);
     squares += v * v;
   }
-  __shared__ float partial[kNormThreads / 32];
-  for (int offset = 16; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = squares;
-  __syncthreads();
-  float total = 0.f;
-  for (int w = 0; w < kNormThreads / 32; ++w) total += partial[w];
-  const float rstd = rsqrtf(total / n.width + n.eps);
+  const float rstd = rsqrtf(block_sum(squares) / n.width + n.eps);
   for (int i = threadIdx.x; i < n.width; i += kNormThreads)
     out[i] = __float2bfloat16(__bfloat162float(n.weight[i]) * bf16_round(__bfloat162float(x[i]) * rstd));
 }

@@ -4,12 +4,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "ordinary.cuh"
 #include "params.h"
 
 namespace mk {
 namespace {
-
-__device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 // A thread an element of out (batch, channels, length), contiguous; x may be any strided view (the codec's are slices
 // of a longer transposed-convolution output).
@@ -30,8 +29,7 @@ __global__ void snake_kernel(Snake s) {
 cudaError_t launch_snake(const Snake& s, cudaStream_t stream) {
   const int64_t elements = static_cast<int64_t>(s.rows) * s.length;
   if (elements == 0) return cudaSuccess;
-  constexpr int kThreads = 256;
-  snake_kernel<<<static_cast<unsigned>((elements + kThreads - 1) / kThreads), kThreads, 0, stream>>>(s);
+  snake_kernel<<<element_blocks(elements), kElementThreads, 0, stream>>>(s);
   return cudaGetLastError();
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "ordinary.cuh"
 #include "params.h"
 
 namespace mk {
@@ -15,7 +16,7 @@ __global__ void swiglu_kernel(Swiglu s) {
   if (i >= static_cast<int64_t>(s.rows) * s.width) return;
   const int64_t row = i / s.width, column = i % s.width;
   const float gate = __bfloat162float(s.gate[row * s.gate_stride + column]);
-  const float silu = __bfloat162float(__float2bfloat16(gate / (1.f + expf(-gate))));
+  const float silu = bf16_round(gate / (1.f + expf(-gate)));
   s.out[i] = __float2bfloat16(silu * __bfloat162float(s.up[row * s.up_stride + column]));
 }
 
@@ -25,8 +26,7 @@ cudaError_t launch_swiglu(const Swiglu& s, cudaStream_t stream) {
   if (s.rows < 0 || s.width < 1) return cudaErrorInvalidValue;
   const int64_t elements = static_cast<int64_t>(s.rows) * s.width;
   if (elements == 0) return cudaSuccess;
-  constexpr int kThreads = 256;
-  swiglu_kernel<<<static_cast<unsigned>((elements + kThreads - 1) / kThreads), kThreads, 0, stream>>>(s);
+  swiglu_kernel<<<element_blocks(elements), kElementThreads, 0, stream>>>(s);
   return cudaGetLastError();
 }
 
