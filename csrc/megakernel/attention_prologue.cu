@@ -1,6 +1,7 @@
 // The prefill's attention prologue in one launch (engine/tts/model.py Attention between its projections and
 // scaled_dot_product_attention): q and k RMSNorm'd per head and rotated, K and V written into the KV cache, q written
-// head-major. Eager PyTorch takes 16 kernels a layer for this (~420 of the 0.6B talker prefill's ~960).
+// head-major. Eager PyTorch takes 16 kernels a layer for this (~420 of the 0.6B talker prefill's ~960). The speech
+// codec's attention, which has no q/k norm, runs it without (10 kernels a layer), its window as the cache.
 // No torch headers (build.sh compiles this file with nvcc).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -31,12 +32,17 @@ __global__ void attention_prologue_kernel(AttentionPrologue a) {
   }
   const float x0 = i < half ? __bfloat162float(src[i]) : 0.f;
   const float x1 = i < half ? __bfloat162float(src[i + half]) : 0.f;
-  // RMSNorm as F.rms_norm: float32 statistics, the normalized value rounded, then the weight's product rounded
-  const float rstd = rsqrtf(block_sum(x0 * x0 + x1 * x1) / D + a.eps);
+  float n0 = x0, n1 = x1;
+  if (a.q_norm != nullptr) {  // the same for every thread: block_sum's barrier is reached by all or none
+    // RMSNorm as F.rms_norm: float32 statistics, the normalized value rounded, then the weight's product rounded
+    const float rstd = rsqrtf(block_sum(x0 * x0 + x1 * x1) / D + a.eps);
+    const __nv_bfloat16* weight = is_q ? a.q_norm : a.k_norm;
+    if (i < half) {
+      n0 = bf16_round(__bfloat162float(weight[i]) * bf16_round(x0 * rstd));
+      n1 = bf16_round(__bfloat162float(weight[i + half]) * bf16_round(x1 * rstd));
+    }
+  }
   if (i >= half) return;
-  const __nv_bfloat16* weight = is_q ? a.q_norm : a.k_norm;
-  const float n0 = bf16_round(__bfloat162float(weight[i]) * bf16_round(x0 * rstd));
-  const float n1 = bf16_round(__bfloat162float(weight[i + half]) * bf16_round(x1 * rstd));
   // RoPE as q * cos + rotate_half(q) * sin, with rotate_half(q) = (-q[D/2:], q[:D/2]); each product and the sum rounded
   const __nv_bfloat16 *cos = a.cos + t * D, *sin = a.sin + t * D;
   const float r0 = bf16_round(bf16_round(n0 * __bfloat162float(cos[i])) + bf16_round(-n1 * __bfloat162float(sin[i])));

@@ -201,11 +201,13 @@ void run_frames(mk::FrameParams p, torch::Tensor talker_k, torch::Tensor talker_
 }
 
 // model.py Attention's steps between the projections and the attention for T tokens at cache positions start..:
-// q, k (T, heads * D), (T, kv_heads * D) RMSNorm'd per head and rotated by cos, sin (T, D); K and V written into
-// layer `layer` of cache_k, cache_v (layers, kv_heads, capacity, D). Returns q normed and rotated, (heads, T, D).
-torch::Tensor attention_prologue(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor q_norm,
-                                 torch::Tensor k_norm, torch::Tensor cos, torch::Tensor sin, torch::Tensor cache_k,
-                                 torch::Tensor cache_v, int64_t layer, int64_t start, double eps) {
+// q, k (T, heads * D), (T, kv_heads * D) RMSNorm'd per head (where q_norm and k_norm are given) and rotated by cos,
+// sin (T, D); K and V written into layer `layer` of cache_k, cache_v (layers, kv_heads, capacity, D). Returns q
+// normed and rotated, (heads, T, D).
+torch::Tensor attention_prologue(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                                 c10::optional<torch::Tensor> q_norm, c10::optional<torch::Tensor> k_norm,
+                                 torch::Tensor cos, torch::Tensor sin, torch::Tensor cache_k, torch::Tensor cache_v,
+                                 int64_t layer, int64_t start, double eps) {
   MK_CHECK(cache_k.dim() == 4 && cache_k.sizes() == cache_v.sizes(),
               "cache_k and cache_v must be (layers, kv_heads, capacity, head_dim)");
   expect(cache_k, "cache_k", torch::kBFloat16, -1);
@@ -220,10 +222,16 @@ torch::Tensor attention_prologue(torch::Tensor q, torch::Tensor k, torch::Tensor
   rows(q, "q", q.size(1));
   rows(k, "k", kv_heads * D);
   rows(v, "v", kv_heads * D);
-  for (const torch::Tensor* t : {&k, &v, &q_norm, &k_norm, &cos, &sin, &cache_k, &cache_v})
+  for (const torch::Tensor* t : {&k, &v, &cos, &sin, &cache_k, &cache_v})
     MK_CHECK(t->device() == q.device(), "every tensor must be on q's device, ", q.device());
-  expect(q_norm, "q_norm", torch::kBFloat16, D);
-  expect(k_norm, "k_norm", torch::kBFloat16, D);
+  const bool normed = q_norm.has_value() && q_norm->defined();
+  MK_CHECK(normed == (k_norm.has_value() && k_norm->defined()), "q_norm and k_norm go together");
+  if (normed) {
+    expect(*q_norm, "q_norm", torch::kBFloat16, D);
+    expect(*k_norm, "k_norm", torch::kBFloat16, D);
+    MK_CHECK(q_norm->device() == q.device() && k_norm->device() == q.device(), "the norms must be on q's device, ",
+             q.device());
+  }
   expect(cos, "cos", torch::kBFloat16, T * D);
   expect(sin, "sin", torch::kBFloat16, T * D);
   MK_CHECK(D % 2 == 0 && D <= 2048, "head_dim must be even and at most 2048, got ", D);
@@ -235,7 +243,8 @@ torch::Tensor attention_prologue(torch::Tensor q, torch::Tensor k, torch::Tensor
   mk::AttentionPrologue a{};
   a.q = ptr<const __nv_bfloat16>(q); a.k = ptr<const __nv_bfloat16>(k); a.v = ptr<const __nv_bfloat16>(v);
   a.q_stride = q.stride(0); a.k_stride = k.stride(0); a.v_stride = v.stride(0);
-  a.q_norm = ptr<const __nv_bfloat16>(q_norm); a.k_norm = ptr<const __nv_bfloat16>(k_norm);
+  a.q_norm = normed ? ptr<const __nv_bfloat16>(*q_norm) : nullptr;
+  a.k_norm = normed ? ptr<const __nv_bfloat16>(*k_norm) : nullptr;
   a.cos = ptr<const __nv_bfloat16>(cos); a.sin = ptr<const __nv_bfloat16>(sin);
   a.q_out = ptr<__nv_bfloat16>(q_out);
   a.cache_k = ptr<__nv_bfloat16>(cache_k); a.cache_v = ptr<__nv_bfloat16>(cache_v);
@@ -368,7 +377,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_trace", &set_trace, "record the following launches' grid barriers (bench/megakernel_trace.py)");
   m.def("plan_frame_blocks", &plan_frame_blocks, "co-resident blocks for a frame launch");
   m.def("attention_prologue", &attention_prologue,
-        "a prefill layer's q/k RMSNorm + RoPE and K/V cache write for its tokens, in one launch");
+        "a prefill layer's q/k RMSNorm (where given) + RoPE and K/V cache write for its tokens, in one launch");
   m.def("snake", &snake, "the speech codec's SnakeBeta activation in one launch");
   m.def("rms_norm", &rms_norm, "model.py's RMSNorm (weight * F.rms_norm) in one launch");
   m.def("swiglu", &swiglu, "SwiGLU's silu(gate) * up in one launch");

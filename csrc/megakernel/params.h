@@ -72,7 +72,7 @@ struct FrameParams {
 struct AttentionPrologue {
   const __nv_bfloat16 *q, *k, *v;        // the projections' outputs: rows of heads * D, kv_heads * D, kv_heads * D
   int64_t q_stride, k_stride, v_stride;  // their row strides (elements)
-  const __nv_bfloat16 *q_norm, *k_norm;  // (head_dim) RMSNorm weights
+  const __nv_bfloat16 *q_norm, *k_norm;  // (head_dim) RMSNorm weights, or both null: no norm
   const __nv_bfloat16 *cos, *sin;        // (tokens, head_dim) the rotary angles' cos and sin
   __nv_bfloat16* q_out;                  // out (heads, tokens, head_dim): q normed and rotated
   __nv_bfloat16 *cache_k, *cache_v;      // (layers, kv_heads, capacity, head_dim): this layer's new rows written

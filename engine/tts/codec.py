@@ -427,6 +427,8 @@ class Attention(nn.Module):
         self.kv_heads = kv_heads
         self.groups = heads // kv_heads
         self.kept = config.sliding_window - 1
+        # set by engine.tts.megakernel.attach_codec: a stream's projections, RoPE and window below in four CUDA launches
+        self.prologue = None
 
     def state_shapes(self) -> tuple[tuple[int, ...], ...]:
         """A stream keeps the last sliding_window - 1 keys and values: (1, kv_heads, window - 1, head_dim) each."""
@@ -437,13 +439,18 @@ class Attention(nn.Module):
         """x (B, T, hidden); cos, sin (T, head_dim); mask (T, keys) bool, True = may attend, where the
         keys are the T frames alone, or with a state its window - 1 kept frames and then the T (B = 1)."""
         B, T, _ = x.shape  # batch, new frames
-        q = self.q_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = self.k_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, KV, T, D)
-        v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        if state is not None and self.prologue is not None:
+            q, k, v = self.prologue(x, cos, sin, *state[self])
+        else:
+            q = self.q_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+            k = self.k_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, KV, T, D)
+            v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+            if state is not None:
+                keys, values = state[self]  # (1, KV, window - 1, D) each, oldest first
+                k, v = torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2)  # (1, KV, window - 1 + T, D)
         if state is not None:
-            keys, values = state[self]  # (1, KV, window - 1, D) each, oldest first
-            k, v = torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2)  # (1, KV, window - 1 + T, D)
+            keys, values = state[self]
             keys.copy_(k[:, :, T:])
             values.copy_(v[:, :, T:])
         if self.groups > 1:

@@ -14,7 +14,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from engine.errors import ModelFilesError
-from engine.tts.codec import CodecConfig, CodecDecoder, SnakeBeta, StreamState, load_codec
+from engine.tts.codec import Attention, CodecConfig, CodecDecoder, SnakeBeta, StreamState, load_codec
 from engine.tts.megakernel import attach_codec
 from engine.tts.model import MLP, RMSNorm
 from engine.tts.testing import codec_files
@@ -262,13 +262,15 @@ def test_cuda_bfloat16_stream_tracks_float32_decode(tiny_folder, codes, full_aud
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_bf16_codec_with_the_megakernel_kernels_streams_as_without(tiny_folder, codes):
     """With the megakernel's kernels (engine.tts.megakernel.attach_codec: SnakeBeta, RMSNorm and the MLP's activation
-    in one launch each, gate and up in one GEMM) the bf16 stream, graphs replayed, is the plain decoder's audio but
-    where a rounding step differs: relative RMS difference < 1%."""
+    in one launch each, gate and up in one GEMM, the attention's q, k and v in one and its RoPE and window in one) the
+    bf16 stream, graphs replayed, is the plain decoder's audio but where a rounding step differs: relative RMS
+    difference < 1%."""
     plain = load_codec(tiny_folder, device="cuda", dtype=torch.bfloat16)
     fused = load_codec(tiny_folder, device="cuda", dtype=torch.bfloat16)
     attach_codec(fused)
     assert all(m.kernel is not None for m in fused.modules() if isinstance(m, (SnakeBeta, RMSNorm)))
     assert all(m.fused is not None for m in fused.modules() if isinstance(m, MLP))
+    assert all(m.prologue is not None for m in fused.modules() if isinstance(m, Attention))
     expected = stream_in_chunks(plain, codes.cuda(), [1, 4]).float()
     got = stream_in_chunks(fused, codes.cuda(), [1, 4]).float()
     assert fused.captured_chunks == [1, 4]
@@ -290,6 +292,43 @@ def test_snake_factors_follow_the_weights_when_loaded_and_converted(decoder):
     assert torch.equal(half(x.bfloat16()), official(half, x.bfloat16()))
 
 
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("size", ["tiny", "full"])
+def test_cuda_window_prologue_keeps_the_streams_keys_and_values_as_the_attention_ops(tiny_folder, full_config, codes,
+                                                                                       size):
+    """The codec attention's stream path with WindowPrologue alone (one GEMM for q, k and v; RoPE and the window in
+    attention_prologue.cu without its norm), grouped heads (tiny: 4 over 2) and the published 16 x 64: over chunks
+    of 1, 4 and 3 frames each layer's kept keys and values track the plain ops' (cosine >= 0.9999) and so does the
+    audio (relative RMS difference < 1%); norms given by halves are refused."""
+    from engine.tts.megakernel import WindowPrologue, build
+
+    if size == "tiny":
+        plain = load_codec(tiny_folder, device="cuda", dtype=torch.bfloat16)
+    else:
+        plain = CodecDecoder(full_config).eval()
+        randomize_decoder(plain, torch.Generator().manual_seed(0))
+        plain = plain.to(device="cuda", dtype=torch.bfloat16)
+    fused = copy.deepcopy(plain)
+    layers = [m for m in fused.modules() if isinstance(m, Attention)]
+    for attention in layers:
+        attention.prologue = WindowPrologue(attention, build())
+    streams, audio = [], []
+    for decoder in (plain, fused):
+        stream = decoder.stream(eager=True)
+        audio.append(torch.cat([stream.decode(chunk) for chunk in codes[:8].cuda().split([1, 4, 3])]).float())
+        streams.append(stream)
+    expected, got = audio
+    error = ((got - expected).pow(2).mean().sqrt() / expected.pow(2).mean().sqrt()).item()
+    assert error < 0.01, f"relative RMS difference: {error:.3g}"
+    plain_layers = [m for m in plain.modules() if isinstance(m, Attention)]
+    for ours, theirs in zip(layers, plain_layers):
+        for a, b in zip(fused._state[ours], plain._state[theirs]):
+            cosine = torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0).item()
+            assert cosine >= 0.9999, f"kept keys/values: cosine {cosine:.7f}"
+    prologue, x = layers[0].prologue, torch.zeros(3, 8, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="q_norm and k_norm go together"):
+        prologue.module.attention_prologue(x, x, x, x[0], None, x, x, x[None, None], x[None, None], 0, 0, 1e-6)
 
 def test_codebook_entries_follow_the_weights_when_loaded_converted_and_randomized(decoder, full_config):
     """A codebook's entries, divided once, are the official's embedding_sum / max(cluster_usage, 1e-5) of the loaded

@@ -89,7 +89,8 @@ def test_attention_prologue_equals_the_pytorch_ops(tiny_checkpoint, full_checkpo
         for name in ("q_proj", "k_proj", "v_proj"):
             weight = getattr(attention, name).weight
             assert torch.equal(weight, getattr(plain, name).weight), name
-            assert prologue.weight.data_ptr() <= weight.data_ptr() < prologue.weight[-1].data_ptr(), name
+            stacked = prologue.qkv.weight
+            assert stacked.data_ptr() <= weight.data_ptr() < stacked[-1].data_ptr(), name
         generator = torch.Generator(device="cuda").manual_seed(3)
         with torch.inference_mode():
             for T in (2, 37, 300):
@@ -185,7 +186,8 @@ def test_rms_norm_and_mlp_kernels_equal_the_pytorch_ops(short_checkpoint):
     for name in ("gate_proj", "up_proj"):
         weight = getattr(layer.mlp, name).weight
         assert torch.equal(weight, getattr(plain_layer.mlp, name).weight), name
-        assert fused.weight.data_ptr() <= weight.data_ptr() < fused.weight[-1].data_ptr(), name
+        stacked = fused.gate_up.weight
+        assert stacked.data_ptr() <= weight.data_ptr() < stacked[-1].data_ptr(), name
     generator = torch.Generator(device="cuda").manual_seed(5)
     hidden = tts.model.talker.model.cfg.hidden_size
     with torch.inference_mode():
