@@ -282,7 +282,9 @@ def attach(model: Qwen3TTS) -> None:
     FrameKernel (model.frame_kernel) for whole frames.
 
     Raises:
-        MegakernelUnavailable: no CUDA GPU of compute capability 8.0+, no compiler, or non-bf16 weights.
+        MegakernelUnavailable: no CUDA GPU of compute capability 8.0+, no compiler, non-bf16 weights, or a model
+            beyond the kernel's limits (csrc/megakernel/params.h); the decode steps then stay on PyTorch, the
+            multi-token kernels above attached all the same.
     """
     talker, predictor = model.talker.model, model.talker.code_predictor.model
     _require_bf16_cuda(next(talker.parameters()))
@@ -291,8 +293,13 @@ def attach(model: Qwen3TTS) -> None:
     for layer in (*talker.layers, *predictor.layers):
         layer.self_attn.prologue = AttentionPrologue(layer.self_attn, module)
     _fuse(model.modules(), module)
-    talker.kernel_step, predictor.kernel_step = KernelStep(talker), KernelStep(predictor, tokens=2)
-    model.frame_kernel = FrameKernel(model, talker.kernel_step, predictor.kernel_step)
+    try:
+        steps = KernelStep(talker), KernelStep(predictor, tokens=2)
+        frame_kernel = FrameKernel(model, *steps)
+    except RuntimeError as e:  # the binding refuses what the kernel was not planned for: too wide, too many layers
+        raise MegakernelUnavailable(f"the megakernel does not run this model ({str(e).splitlines()[0]})") from None
+    talker.kernel_step, predictor.kernel_step = steps
+    model.frame_kernel = frame_kernel
 
 
 def attach_codec(decoder: CodecDecoder) -> None:

@@ -5,6 +5,7 @@ is what the kernel computes: fp32 activations, bf16 cache. Inputs are fresh rand
 seed is in every failure message.
 """
 
+import json
 import os
 import threading
 
@@ -211,6 +212,30 @@ def test_rms_norm_and_mlp_kernels_equal_the_pytorch_ops(short_checkpoint):
             module.swiglu(gate, gate[:, :4])
         with pytest.raises(RuntimeError, match="up must be bfloat16"):
             module.swiglu(gate, gate.float())
+
+
+def test_a_model_beyond_the_kernels_limits_speaks_on_the_pytorch_steps(tmp_path, caplog):
+    """A talker of 39 layers, 41 with the code predictor's, one over what a frame launch holds: load_tts on CUDA
+    logs why and keeps the decode steps on PyTorch (the multi-token kernels attached), and speaks."""
+    from safetensors.torch import save_file
+
+    from engine.tts.config import TTSConfig
+    from engine.tts.testing import write_checkpoint
+    from engine.tts.testing.checkpoint import random_weights
+
+    folder = write_checkpoint(tmp_path / "deep", "tiny")
+    config = json.loads((folder / "config.json").read_text())
+    config["talker_config"]["num_hidden_layers"] = 39
+    (folder / "config.json").write_text(json.dumps(config))
+    weights = random_weights(TTSConfig.from_file(folder / "config.json"), seed=0)
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with caplog.at_level("WARNING", logger="engine.tts.stream"):
+        tts = load_tts(folder, device="cuda")
+    assert "does not run this model (at most 40 layers in the talker and the code predictor together)" in caplog.text
+    talker = tts.model.talker.model
+    assert tts.model.frame_kernel is None and talker.kernel_step is None and talker.layers[0].mlp.fused is not None
+    pcm = np.concatenate([c.pcm for c in tts.stream("A deep model.", tts.default_speaker, seed=1)])
+    assert np.isfinite(pcm).all() and np.abs(pcm).max() > 0
 
 
 def test_engine_with_the_kernel_streams_speech(short_checkpoint):
