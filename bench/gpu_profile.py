@@ -6,9 +6,11 @@ CUDA in bf16, so the codec's chunk graphs and the prefill's bucket graphs are th
 --calls graph replays, each after an idle device; the table gives per call: the wall time of the replay (CUDA
 events), the kernels' count and summed time, and the kernels that take the most time, by name. The wall time
 less the summed kernel time is what the device spends between kernels (launch gaps inside the graph). Kernel
-names are cut to --width characters.
+names are cut to --width characters. With --megakernel the engine loads with the megakernel attached, so the graphs
+hold its kernels (the prefill's attention prologue, RMSNorm and SwiGLU; the codec's SnakeBeta and attention
+prologue) where the PyTorch ops were.
 
-    python bench/gpu_profile.py --size 0.6b
+    python bench/gpu_profile.py --size 0.6b [--megakernel]
 """
 
 from __future__ import annotations
@@ -76,13 +78,14 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=20, help="replays profiled per piece")
     parser.add_argument("--top", type=int, default=12, help="kernels listed per piece")
     parser.add_argument("--width", type=int, default=90, help="kernel names cut to this many characters")
+    parser.add_argument("--megakernel", action="store_true", help="attach the megakernel (its prefill and codec kernels)")
     args = parser.parse_args()
     folder = checkpoint(args)
-    tts = load_tts(folder, "cuda", megakernel=False)
+    tts = load_tts(folder, "cuda", megakernel=args.megakernel)
     codec, prefill = tts.codec, tts.model.padded_prefill
     assert isinstance(prefill, PrefillGraphs), "load_tts on CUDA should have attached the prefill graphs"
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.size}, bf16; "
-          f"{args.calls} calls a piece, each on an idle device")
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.size}, bf16, megakernel "
+          f"{'on' if args.megakernel else 'off'}; {args.calls} calls a piece, each on an idle device")
 
     generator = torch.Generator(device="cuda").manual_seed(0)
     with torch.inference_mode():
