@@ -6,15 +6,17 @@ It also gives the talker's and the code predictor's DecoderStack a kernel step, 
 forward of model.py runs its layer stack in one launch. Prefill stays on batched PyTorch matmuls, each layer's
 attention prologue (q/k RMSNorm, RoPE, the K/V cache write: 16 eager kernels) in one launch of the extension's
 (AttentionPrologue), its RMSNorms and SwiGLU activations in one each (FusedMLP: gate and up in one GEMM), and writes
-the same KV layout. `attach_codec(decoder)` runs the speech codec's SnakeBeta activations, RMSNorms and MLPs in it
-as well. Where CUDA, the compiler or a supported GPU is missing,
+the same KV layout. `attach_codec(decoder)` runs the speech codec's SnakeBeta activations, RMSNorms, MLPs and
+attention prologues in it as well. Where CUDA, the compiler or a supported GPU is missing,
 `MegakernelUnavailable` says why and the caller keeps the PyTorch path.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,15 +35,54 @@ SOURCES = ("binding.cpp", "megakernel.cu", "attention_prologue.cu", "snake.cu", 
 MAX_POSITIONS = 16384  # shared memory is planned for attention over this many cached positions
 
 _module = None
+log = logging.getLogger(__name__)
 
 
 class MegakernelUnavailable(ParleyError):
     """The megakernel cannot run here; the message says why (the PyTorch engine is used instead)."""
 
 
-def _cache_dir() -> Path:
+def _build_target() -> tuple[str, Path]:
+    """(the extension's name, its build folder) for these sources under this torch."""
+    # every source and header in the name: a changed kernel builds anew instead of loading a stale one
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(CSRC.glob("*.[ch]*")))).hexdigest()[:12]
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "parley" / "megakernel" / f"torch-{torch.__version__}"
+    return f"parley_megakernel_{digest}", base / "parley" / "megakernel" / f"torch-{torch.__version__}" / digest
+
+
+def _check_gpu() -> tuple[int, int]:
+    """The GPU's compute capability, where the megakernel can run on it."""
+    if not torch.cuda.is_available():
+        raise MegakernelUnavailable("the megakernel needs a CUDA GPU; none is available")
+    major, minor = torch.cuda.get_device_capability()
+    if major < 8:
+        name = torch.cuda.get_device_name()
+        raise MegakernelUnavailable(f"the megakernel needs compute capability 8.0+, found {major}.{minor} ({name})")
+    return major, minor
+
+
+def _put_ninja_on_path() -> None:
+    """torch's builder runs `ninja` from PATH. The ninja package's copy sits beside the interpreter, a folder an app
+    started as .venv/bin/parley-app, without activating the environment, does not have on PATH."""
+    if shutil.which("ninja") is None:
+        import ninja
+
+        if ninja.BIN_DIR:  # "" where the package's copy is not found; an empty entry would mean the working folder
+            os.environ["PATH"] = os.pathsep.join((ninja.BIN_DIR, os.environ.get("PATH", "")))
+
+
+def needs_build() -> bool:
+    """Whether build() would compile first (about a minute, once per kernel version): this GPU can run the
+    kernel and a CUDA toolkit is found, but no built extension is cached yet."""
+    try:
+        _check_gpu()
+    except MegakernelUnavailable:
+        return False
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    name, directory = _build_target()
+    built = any((directory / (name + suffix)).is_file() for suffix in (".so", ".pyd"))
+    return _module is None and CUDA_HOME is not None and not built
 
 
 def build():
@@ -49,29 +90,27 @@ def build():
     global _module
     if _module is not None:
         return _module
-    if not torch.cuda.is_available():
-        raise MegakernelUnavailable("the megakernel needs a CUDA GPU; none is available")
-    major, minor = torch.cuda.get_device_capability()
-    if major < 8:
-        name = torch.cuda.get_device_name()
-        raise MegakernelUnavailable(f"the megakernel needs compute capability 8.0+, found {major}.{minor} ({name})")
+    major, minor = _check_gpu()
     from torch.utils.cpp_extension import load
 
+    _put_ninja_on_path()
     arch = "-gencode=arch=compute_90a,code=sm_90a" if (major, minor) == (9, 0) else f"-arch=sm_{major}{minor}"
-    # every source and header in the name: a changed kernel builds anew instead of loading a stale one
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(CSRC.glob("*.[ch]*")))).hexdigest()[:12]
-    directory = _cache_dir() / digest
+    name, directory = _build_target()
     directory.mkdir(parents=True, exist_ok=True)
     try:
         _module = load(
-            name=f"parley_megakernel_{digest}",
-            sources=[str(CSRC / name) for name in SOURCES],
+            name=name,
+            sources=[str(CSRC / source) for source in SOURCES],
             extra_cuda_cflags=["-O3", "-std=c++17", arch],
             extra_include_paths=[str(CSRC)],
             build_directory=str(directory),
         )
-    except (RuntimeError, OSError) as e:  # no nvcc, or the build failed
-        raise MegakernelUnavailable(f"the megakernel could not be built ({e})") from None
+    except (RuntimeError, OSError) as e:  # no CUDA toolkit or ninja, or the compiler failed
+        log.warning("the megakernel's build failed: %s", e)  # a failed compile's message is its whole output
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if reason.startswith("Error building extension"):
+            reason = "the CUDA compiler failed; the log holds its output"
+        raise MegakernelUnavailable(f"the megakernel could not be built ({reason})") from None
     return _module
 
 

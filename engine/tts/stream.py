@@ -91,9 +91,12 @@ class TTSEngine:
     """Qwen3-TTS on one device: speakers and languages from the checkpoint, speech as a stream."""
 
     def __init__(self, folder: Path, config: TTSConfig, model: Qwen3TTS, prompts: PromptBuilder, codec,
-                 sampling: SamplingOptions, max_frames: int):
+                 sampling: SamplingOptions, max_frames: int, megakernel_problem: str | None = None):
         self.folder, self.config, self.model, self.prompts, self.codec = folder, config, model, prompts, codec
         self.default_sampling, self.max_frames = sampling, max_frames
+        # why load_tts, free to choose, could not run the decode steps in the megakernel (no CUDA compiler, an
+        # older GPU, ...): they run on PyTorch, slower; None where the megakernel runs or was not asked for
+        self.megakernel_problem = megakernel_problem
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         talker = config.talker
@@ -276,7 +279,9 @@ def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | N
         device: "cpu" or "cuda" (or "cuda:N").
         dtype: float32 (CPU default), bfloat16 (CUDA default) or float16.
         megakernel: run decode steps in the CUDA megakernel; None = wherever it can run (CUDA, bf16),
-            falling back to PyTorch with a logged warning; True = required; False = never.
+            falling back to PyTorch with a logged warning and the reason in the engine's `megakernel_problem`;
+            True = required; False = never. The first load of a kernel version compiles it (about a minute;
+            megakernel.needs_build() says whether it will).
 
     Raises:
         ModelFilesError: a file is missing, truncated, corrupt or does not match config.json; the
@@ -325,6 +330,7 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
         model = Qwen3TTS(config.talker)
     # a Base model's speaker encoder (voice cloning) is not used by Parley
     load_weights(model, folder, ignore=("speaker_encoder.",), device=device, dtype=dtype)
+    megakernel_problem = None
     if megakernel or (megakernel is None and device.type == "cuda" and dtype == torch.bfloat16):
         from engine.tts.megakernel import MegakernelUnavailable, attach
 
@@ -334,6 +340,7 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
             if megakernel:
                 raise
             log.warning("%s; using the PyTorch engine", e)
+            megakernel_problem = str(e)
     if device.type == "cuda":  # the talker's prefill: one CUDA graph per padded prompt length, all captured now
         attach_graphs(model)
     prompts = PromptBuilder(config, load_tokenizer(folder), model.talker)
@@ -353,4 +360,4 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
     if device.type == "cuda":  # the codec's stream call: one CUDA graph per chunk length, every length stream()'s
         # default makes captured now (an utterance's tail of 2 or 3 frames would otherwise wait ~140 ms for its capture)
         codec.warm_up(range(1, CHUNK_FRAMES + 1))
-    return TTSEngine(folder, config, model, prompts, codec, sampling, max_frames)
+    return TTSEngine(folder, config, model, prompts, codec, sampling, max_frames, megakernel_problem)
