@@ -301,8 +301,22 @@ class MainWindow(QMainWindow):
         if self.mute_button.isChecked():  # muted while the models loaded: the new loop starts muted too
             self.mute_requested.emit(True)
         mic = info.microphone or "no microphone"
-        self.statusBar().showMessage(f"{info.tts_model.name} on {info.device.upper()}, voice {info.speaker}; {mic}", 8000)
+        kernel = " without its fast kernel" if info.megakernel_problem else ""
+        self.statusBar().showMessage(f"{info.tts_model.name} on {info.device.upper()}{kernel}, voice {info.speaker}; "
+                                     f"{mic}", 8000)
+        self._tell_megakernel_problem(info.megakernel_problem)
         self._update_talk_button()
+
+    def _tell_megakernel_problem(self, reason: str | None) -> None:
+        """Speech runs without the megakernel: said once per reason, and not over a notice still on screen
+        (that one matters more now; this one waits for the next start)."""
+        if not reason or reason == self.settings.megakernel_notice or not self.notice.isHidden():
+            return
+        self.settings.megakernel_notice = reason
+        self.notice.show_problem(Problem(
+            "Speech runs without Parley's fast GPU kernel", reason,
+            "Speech still works, but much slower, and may stutter. Where the reason is a missing CUDA compiler, "
+            "installing the NVIDIA CUDA toolkit and starting Parley again brings the kernel. This note is shown once."))
 
     def _engine_failed(self, problem: Problem) -> None:
         self.info = None

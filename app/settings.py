@@ -146,6 +146,8 @@ class Settings:
     system_prompt = _Value("llm/system_prompt", str, "")
     device = _Value("engine/device", str, "auto", choices=ENGINE_DEVICES)
     theme = _Value("ui/theme", str, "system", choices=THEMES)
+    # the last reason shown for speech running without the megakernel: a lasting one is told once, not every start
+    megakernel_notice = _Value("notices/megakernel", str, "")
 
     def __init__(self, store: QSettings | None = None):
         self.store = store if store is not None else QSettings(ORGANIZATION, APPLICATION)

@@ -39,6 +39,8 @@ class EngineInfo:
     style_unsupported: ... and then why, in the engine's words; "" otherwise.
     style: the instruct in use: the settings' style, DEFAULT_VOICE_DESCRIPTION for a VoiceDesign model
         given none, or None.
+    megakernel_problem: why speech on the GPU runs without the megakernel (no CUDA compiler, an older GPU, ...),
+        in the engine's words; None where it runs, or on the CPU.
     """
 
     speakers: tuple[str, ...]
@@ -54,6 +56,7 @@ class EngineInfo:
     style_kind: str | None = None
     style_unsupported: str = ""
     style: str | None = None
+    megakernel_problem: str | None = None
 
 
 def _style_kind(tts, language: str) -> tuple[str | None, str]:
@@ -238,6 +241,11 @@ class EngineWorker(QObject):
         from engine.models import find_tts_model
         from engine.tts import load_tts
 
+        if engine.device == "cuda":
+            from engine.tts.megakernel import needs_build
+
+            if needs_build():  # a minute of nvcc that would otherwise look like a stuck load
+                self._progress("speech model (first start: compiling its GPU kernel, about a minute)")
         engine.tts = load_tts(find_tts_model(config.tts_model or None), device=engine.device)
         if engine.tts.device.type != engine.device:  # the GPU had no room: load_tts fell back to the CPU
             engine.device = "cpu"
@@ -333,8 +341,9 @@ class EngineWorker(QObject):
         return replace(problem, headline="Voice input is off: " + problem.headline[0].lower() + problem.headline[1:],
                        advice="You can still type to Parley. " + problem.advice)
 
-    def _progress(self) -> None:
-        self.progress.emit(STEPS[min(self._step, len(STEPS) - 1)], self._step, len(STEPS))
+    def _progress(self, label: str | None = None) -> None:
+        """The step under way, by its name or by `label` where it says more."""
+        self.progress.emit(label or STEPS[min(self._step, len(STEPS) - 1)], self._step, len(STEPS))
 
     def _advance(self) -> None:
         self._step += 1
@@ -351,6 +360,7 @@ class EngineWorker(QObject):
             microphone=engine.microphone.device.name if engine.microphone else None,
             speakers_device=engine.player.device.name, conversation_id=engine.dialogue.conversation_id,
             style_kind=style_kind, style_unsupported=style_unsupported, style=engine.dialogue.options.style,
+            megakernel_problem=tts.megakernel_problem,
         )
 
     # -- the conversation: the window's requests -------------------------------------------------------

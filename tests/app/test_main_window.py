@@ -162,6 +162,35 @@ def test_a_notice_keeps_the_conversation_going_and_says_what_to_do(window, qtbot
         qtbot.keyClick(window.message, Qt.Key.Key_Return)
 
 
+def test_speech_without_the_megakernel_is_told_once_per_reason(window, qtbot, settings):
+    """The engine speaks on PyTorch for want of a CUDA compiler: the status bar says so at every start, the notice
+    bar once (a lasting reason is not repeated), and again for a new reason; a notice already on screen (no
+    microphone) is not covered, the kernel's waiting for the next start."""
+    no_toolkit = "the megakernel could not be built (CUDA_HOME environment variable is not set)"
+    ready(window, device="cuda", megakernel_problem=no_toolkit)
+    assert "on CUDA without its fast kernel" in window.statusBar().currentMessage()
+    assert not window.notice.isHidden() and "fast GPU kernel" in window.notice.label.text()
+    assert "CUDA_HOME" in window.notice.label.text() and "NVIDIA CUDA toolkit" in window.notice.label.text()
+    window.notice.hide()  # Dismiss
+
+    ready(window, device="cuda", megakernel_problem=no_toolkit)  # the next start, the same reason
+    assert window.notice.isHidden() and "without its fast kernel" in window.statusBar().currentMessage()
+
+    window.worker.notice.emit(Problem("Voice input is off: no microphone", "this machine has no input device",
+                                      "You can still type to Parley.", "settings"))
+    old_gpu = "the megakernel needs compute capability 8.0+, found 7.5 (Tesla T4)"
+    ready(window, device="cuda", microphone=None, megakernel_problem=old_gpu)
+    assert "no microphone" in window.notice.label.text()
+    window.notice.hide()
+    ready(window, device="cuda", megakernel_problem=old_gpu)
+    assert not window.notice.isHidden() and "Tesla T4" in window.notice.label.text()
+    assert settings.megakernel_notice == old_gpu
+
+    window.notice.hide()
+    ready(window, device="cuda")  # the kernel runs: nothing to tell
+    assert window.notice.isHidden() and "fast kernel" not in window.statusBar().currentMessage()
+
+
 def test_lost_devices_show_in_the_notice_bar_until_they_are_back(window, qtbot):
     """Speakers and microphone lost: each in the notice bar, never a dialog (a turn that failed for it too);
     the microphone back brings the speakers' notice back, the speakers back hides the bar and says so."""
