@@ -91,6 +91,10 @@ def build():
     if _module is not None:
         return _module
     major, minor = _check_gpu()
+    missing = [source for source in SOURCES if not (CSRC / source).is_file()]
+    if missing:  # an install that copied engine/ without csrc/ (only a source checkout's install has both)
+        raise MegakernelUnavailable(f"the megakernel's sources are not installed ({CSRC} lacks {', '.join(missing)}); "
+                                    f"install Parley from its source folder with pip install -e .")
     from torch.utils.cpp_extension import load
 
     _put_ninja_on_path()

@@ -67,3 +67,13 @@ def test_without_a_cuda_toolkit_speech_runs_on_pytorch_and_the_engine_says_why(s
     assert tts.model.frame_kernel is None and tts.model.talker.model.kernel_step is None
     pcm = np.concatenate([c.pcm for c in tts.stream("No kernel here.", "ryan", seed=3)])
     assert np.isfinite(pcm).all() and np.abs(pcm).max() > 0
+
+
+@cuda
+@pytest.mark.gpu
+def test_an_install_without_the_kernels_sources_says_so(tmp_path, monkeypatch):
+    """engine/ installed without csrc/ beside it: the build refuses at once and names what is missing."""
+    monkeypatch.setattr(megakernel, "_module", None)
+    monkeypatch.setattr(megakernel, "CSRC", tmp_path / "csrc" / "megakernel")
+    with pytest.raises(megakernel.MegakernelUnavailable, match="sources are not installed .*lacks binding.cpp"):
+        megakernel.build()
