@@ -189,10 +189,10 @@ class PromptBuilder:
         whole_text=True is the official non_streaming_mode (the CustomVoice default): all text in the
         prefill, the text track all tts_pad. False feeds the text one token per frame after the first.
         """
-        head, codec_bos, codec_pad, eos, pad = self._voice_rows(voice, torch.device(device))
+        head, codec_bos, codec_pad, eos, pad, ends = self._voice_rows(voice, torch.device(device))
         text = self.talker.text_embed(torch.tensor(text_ids, dtype=torch.long, device=device))
         if whole_text:
-            body = (torch.cat((text, eos[None])) + codec_pad, (pad + codec_bos)[None])
+            body = (text + codec_pad, ends)
             track = text[:0]
         else:
             body = ((text[0] + codec_bos)[None],)
@@ -201,8 +201,9 @@ class PromptBuilder:
 
     def _voice_rows(self, voice: Voice, device: torch.device) -> tuple[torch.Tensor, ...]:
         """What a prompt holds besides its text, which depends on the voice alone: the rows before the text
-        (instruct, role, codec tags), the codec bos and pad rows and the projected tts_eos and tts_pad.
-        Made once per voice (the latest few are kept), as each costs a dozen launches on a GPU."""
+        (instruct, role, codec tags), the codec bos and pad rows, the projected tts_eos and tts_pad, and the two
+        rows after a whole text (tts_eos + codec pad, tts_pad + codec bos). Made once per voice (the latest few
+        are kept), as each costs a dozen launches on a GPU."""
         key = (voice, device)
         if key not in self._voices:
             cfg, talker = self.cfg, self.talker
@@ -222,7 +223,8 @@ class PromptBuilder:
             codec_pad = talker.codec_embed(ids([cfg.talker.codec_pad_id]))
             if len(self._voices) >= _VOICES_KEPT:  # VoiceDesign descriptions are free text: keep only the latest
                 del self._voices[next(iter(self._voices))]
-            self._voices[key] = torch.cat(parts), codec[-1], codec_pad, eos, pad
+            ends = torch.cat((eos + codec_pad, (pad + codec[-1])[None]))
+            self._voices[key] = torch.cat(parts), codec[-1], codec_pad, eos, pad, ends
         return self._voices[key]
 
     def _instruct_ids(self, instruct: str) -> list[int]:
