@@ -284,15 +284,14 @@ torch::Tensor snake(torch::Tensor x, torch::Tensor frequency, torch::Tensor inve
   return out;
 }
 
-// model.py's RMSNorm, weight * F.rms_norm(x) over x's last dimension, on x bf16 contiguous. Returns a new tensor.
-torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
+// An RMSNorm launch over x's last dimension, x bf16 contiguous, into out (x's shape); a delta is the caller's to set.
+mk::RmsNorm make_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps, const torch::Tensor& out) {
   expect(x, "x", torch::kBFloat16, -1);
   MK_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "x must have a last dimension to normalize, got ", x.sizes());
   const int64_t width = x.size(-1), rows = x.numel() / width;
   expect(weight, "weight", torch::kBFloat16, width);
   MK_CHECK(weight.device() == x.device(), "weight must be on x's device, ", x.device());
   MK_CHECK(rows < (int64_t{1} << 31), "x has ", rows, " rows, more than a launch indexes");
-  auto out = torch::empty_like(x);
   mk::RmsNorm n{};
   n.x = ptr<const __nv_bfloat16>(x);
   n.weight = ptr<const __nv_bfloat16>(weight);
@@ -300,9 +299,37 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
   n.rows = static_cast<int>(rows);
   n.width = static_cast<int>(width);
   n.eps = static_cast<float>(eps);
+  return n;
+}
+
+// model.py's RMSNorm, weight * F.rms_norm(x) over x's last dimension, on x bf16 contiguous. Returns a new tensor.
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
+  auto out = torch::empty_like(x);
+  const mk::RmsNorm n = make_rms_norm(x, weight, eps, out);
   const c10::cuda::CUDAGuard guard(x.device());
   MK_CHECK_CUDA(mk::launch_rms_norm(n, at::cuda::getCurrentCUDAStream()));
   return out;
+}
+
+// model.py's RMSNorm.add: (x + delta, its RMSNorm), delta first times scale (per channel) where given, as the eager
+// ops round; all bf16 contiguous, delta of x's shape. Returns two new tensors.
+std::vector<torch::Tensor> add_rms_norm(torch::Tensor x, torch::Tensor delta, c10::optional<torch::Tensor> scale,
+                                        torch::Tensor weight, double eps) {
+  auto out = torch::empty_like(x), sum = torch::empty_like(x);
+  mk::RmsNorm n = make_rms_norm(x, weight, eps, out);
+  expect(delta, "delta", torch::kBFloat16, x.numel());
+  MK_CHECK(delta.sizes() == x.sizes(), "delta ", delta.sizes(), " must have x's shape ", x.sizes());
+  MK_CHECK(delta.device() == x.device(), "delta must be on x's device, ", x.device());
+  if (scale) {
+    expect(*scale, "scale", torch::kBFloat16, n.width);
+    MK_CHECK(scale->device() == x.device(), "scale must be on x's device, ", x.device());
+    n.scale = ptr<const __nv_bfloat16>(*scale);
+  }
+  n.delta = ptr<const __nv_bfloat16>(delta);
+  n.sum = ptr<__nv_bfloat16>(sum);
+  const c10::cuda::CUDAGuard guard(x.device());
+  MK_CHECK_CUDA(mk::launch_rms_norm(n, at::cuda::getCurrentCUDAStream()));
+  return {sum, out};
 }
 
 // silu(gate) * up on gate, up bf16 (rows, width), each with unit stride along a row (the two halves of one GEMM's
@@ -380,5 +407,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "a prefill layer's q/k RMSNorm (where given) + RoPE and K/V cache write for its tokens, in one launch");
   m.def("snake", &snake, "the speech codec's SnakeBeta activation in one launch");
   m.def("rms_norm", &rms_norm, "model.py's RMSNorm (weight * F.rms_norm) in one launch");
+  m.def("add_rms_norm", &add_rms_norm, "model.py's RMSNorm.add (the residual add, then the norm) in one launch");
   m.def("swiglu", &swiglu, "SwiGLU's silu(gate) * up in one launch");
 }

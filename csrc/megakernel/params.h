@@ -91,9 +91,13 @@ struct Snake {
 };
 cudaError_t launch_snake(const Snake& s, cudaStream_t stream);
 
-// model.py's RMSNorm, weight * F.rms_norm(x), over rows of bf16 (rms_norm.cu).
+// model.py's RMSNorm, weight * F.rms_norm(x), over rows of bf16 (rms_norm.cu); with a delta, RMSNorm.add: the
+// residual add before it too.
 struct RmsNorm {
   const __nv_bfloat16* x;       // (rows, width) contiguous
+  const __nv_bfloat16* delta;   // null, or (rows, width) contiguous: a residual branch, added to x before the norm
+  const __nv_bfloat16* scale;   // null, or (width): the branch's per-channel factor (a LayerScale)
+  __nv_bfloat16* sum;           // (rows, width) contiguous: x + delta (times scale), where delta is given
   const __nv_bfloat16* weight;  // (width)
   __nv_bfloat16* out;           // (rows, width) contiguous
   int rows, width;

@@ -402,14 +402,11 @@ class DecoderBlock(nn.Module):
 
 
 class LayerScale(nn.Module):
-    """A learnt per-channel scale on a residual branch."""
+    """A learnt per-channel scale on a residual branch (applied by the norm that adds the branch: RMSNorm.add)."""
 
     def __init__(self, dim: int, initial: float):
         super().__init__()
         self.scale = nn.Parameter(torch.full((dim,), initial))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scale * x
 
 
 class Attention(nn.Module):
@@ -472,9 +469,14 @@ class TransformerLayer(nn.Module):
         self.self_attn_layer_scale = LayerScale(config.hidden_size, config.layer_scale_initial_scale)
         self.mlp_layer_scale = LayerScale(config.hidden_size, config.layer_scale_initial_scale)
 
-    def forward(self, x, cos, sin, mask, state: StreamState | None = None) -> torch.Tensor:
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin, mask, state))
-        return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
+    def forward(self, x, branch, cos, sin, mask, state: StreamState | None = None):
+        """The stream x plus the previous layer's MLP branch (its output and LayerScale; None in the first layer) ->
+        (the stream after this layer's attention, this layer's MLP branch): x + scale * attention(norm(x)), then
+        + scale * mlp(norm(x)), each add left to the norm after it (RMSNorm.add: one launch in the kernel)."""
+        x, h = self.input_layernorm.add(x, *branch) if branch is not None else (x, self.input_layernorm(x))
+        attention = self.self_attn(h, cos, sin, mask, state)
+        x, h = self.post_attention_layernorm.add(x, attention, self.self_attn_layer_scale.scale)
+        return x, (self.mlp(h), self.mlp_layer_scale.scale)
 
 
 class Transformer(nn.Module):
@@ -501,12 +503,12 @@ class Transformer(nn.Module):
         # its frame 0 hold zeros, not frames, and are masked out
         mask = (keys[None, :] <= queries[:, None]) & (keys[None, :] > queries[:, None] - self.window) & (keys >= 0)
         cos, sin = self._rope(queries, x.dtype)
-        h = self.input_proj(x)
+        h, branch = self.input_proj(x), None
         for layer in self.layers:
-            h = layer(h, cos, sin, mask, state)
+            h, branch = layer(h, branch, cos, sin, mask, state)
         if state is not None:
             state.position.add_(T)
-        return self.output_proj(self.norm(h))
+        return self.output_proj(self.norm.add(h, *branch)[1])
 
     def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin (T, head_dim) at absolute positions, computed in float32 like the official."""

@@ -5,10 +5,10 @@ code predictor's 15 passes, the next input) in one persistent launch each, the h
 It also gives the talker's and the code predictor's DecoderStack a kernel step, so any other one-token
 forward of model.py runs its layer stack in one launch. Prefill stays on batched PyTorch matmuls, each layer's
 attention prologue (q/k RMSNorm, RoPE, the K/V cache write: 16 eager kernels) in one launch of the extension's
-(AttentionPrologue), its RMSNorms and SwiGLU activations in one each (FusedMLP: gate and up in one GEMM), and writes
-the same KV layout. `attach_codec(decoder)` runs the speech codec's SnakeBeta activations, RMSNorms, MLPs and
-attention prologues in it as well. Where CUDA, the compiler or a supported GPU is missing,
-`MegakernelUnavailable` says why and the caller keeps the PyTorch path.
+(AttentionPrologue), its RMSNorms (each with the residual add before it) and SwiGLU activations in one each
+(FusedMLP: gate and up in one GEMM), and writes the same KV layout. `attach_codec(decoder)` runs the speech codec's
+SnakeBeta activations, RMSNorms, MLPs and attention prologues in it as well. Where CUDA, the compiler or a
+supported GPU is missing, `MegakernelUnavailable` says why and the caller keeps the PyTorch path.
 """
 
 from __future__ import annotations
@@ -314,7 +314,7 @@ def _fuse(modules, module) -> None:
     """RMSNorms and MLPs among `modules` to the extension's kernels."""
     for m in modules:
         if isinstance(m, RMSNorm):
-            m.kernel = module.rms_norm
+            m.kernel, m.add_kernel = module.rms_norm, module.add_rms_norm
         elif isinstance(m, MLP):
             m.fused = FusedMLP(m, module)
 

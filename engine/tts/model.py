@@ -24,8 +24,10 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
-        # set by engine.tts.megakernel: (x, weight, eps) -> this forward for bf16 x, in one CUDA launch
+        # set by engine.tts.megakernel, for bf16 x, each in one CUDA launch: (x, weight, eps) -> this forward, and
+        # (x, delta, scale, weight, eps) -> add()
         self.kernel = None
+        self.add_kernel = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel is not None and x.dtype == torch.bfloat16:
@@ -33,6 +35,14 @@ class RMSNorm(nn.Module):
         # float32 statistics, then back to the input dtype before the weight, as the official Qwen3TTSRMSNorm:
         # F.rms_norm computes in float32 and rounds once, one kernel on CUDA where the formula takes seven
         return self.weight * F.rms_norm(x, self.weight.shape, eps=self.eps)
+
+    def add(self, x: torch.Tensor, delta: torch.Tensor, scale: torch.Tensor | None = None):
+        """(x + delta, this norm of it), delta first times `scale` (per channel) where given: a residual branch
+        joining the stream, and the norm that reads the stream next. The kernel does both in one launch."""
+        if self.add_kernel is not None and x.dtype == torch.bfloat16:
+            return self.add_kernel(x.contiguous(), delta.contiguous(), scale, self.weight, self.eps)
+        x = x + (delta if scale is None else scale * delta)
+        return x, self(x)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -117,9 +127,13 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, cache, layer):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, delta, cos, sin, cache, layer):
+        """The residual stream x plus the previous layer's MLP output delta (None in the first layer) -> (the stream
+        after this layer's attention, this layer's MLP output). Each add is left to the norm after it (RMSNorm.add):
+        x + attention(norm(x)), then + mlp(norm(x)), as written, but an add and a norm are one launch in the kernel."""
+        x, h = self.input_layernorm.add(x, delta) if delta is not None else (x, self.input_layernorm(x))
+        x, h = self.post_attention_layernorm.add(x, self.self_attn(h, cos, sin, cache, layer))
+        return x, self.mlp(h)
 
 
 class DecoderStack(nn.Module):
@@ -162,10 +176,11 @@ class DecoderStack(nn.Module):
         if self.kernel_step is not None and x.shape[0] == 1:
             return self.kernel_step(x, cache)
         cos, sin = self.rotary(cache.length, x.shape[0], x)
+        delta = None
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache, i)
+            x, delta = layer(x, delta, cos, sin, cache, i)
         cache.length += x.shape[0]
-        return self.norm(x)
+        return self.norm.add(x, delta)[1]
 
 
 class TalkerModel(DecoderStack):

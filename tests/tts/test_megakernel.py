@@ -169,10 +169,11 @@ def test_snake_kernel_equals_the_five_ops(short_checkpoint):
 
 
 def test_rms_norm_and_mlp_kernels_equal_the_pytorch_ops(short_checkpoint):
-    """RMSNorm in one launch, and the MLP in three (gate and up from one GEMM over the stacked weights, which gate_proj
-    and up_proj then view with unchanged values; silu(gate) * up in one launch), against model.py's ops on the same
-    bf16 input, 1 to 300 rows and a (batch, rows, hidden) input as the codec's. RMSNorm: equal but where its sum,
-    added in another order, rounds the other way (at most 1% of elements, each by a rounding step or two); the MLP:
+    """RMSNorm in one launch, also with the residual add (and LayerScale) before it, and the MLP in three (gate and up
+    from one GEMM over the stacked weights, which gate_proj and up_proj then view with unchanged values; silu(gate) *
+    up in one launch), against model.py's ops on the same bf16 input, 1 to 300 rows and a (batch, rows, hidden) input
+    as the codec's. The residual sum: equal. RMSNorm: equal but where its sum of squares, added in another order,
+    rounds the other way (at most 1% of elements, each by a rounding step or two); the MLP:
     cosine >= 0.9999 (cuBLAS sums the stacked GEMM in another order too). load_tts attaches every RMSNorm and MLP of
     the model and the codec; bad calls refused, naming the numbers."""
     tts = load_tts(short_checkpoint, device="cuda", megakernel=True)
@@ -181,7 +182,8 @@ def test_rms_norm_and_mlp_kernels_equal_the_pytorch_ops(short_checkpoint):
         norms = [m for m in model.modules() if isinstance(m, RMSNorm)]
         mlps = [m for m in model.modules() if isinstance(m, MLP)]
         assert norms and mlps, type(model).__name__
-        assert all(m.kernel is not None for m in norms) and all(m.fused is not None for m in mlps)
+        assert all(m.kernel is not None and m.add_kernel is not None for m in norms)
+        assert all(m.fused is not None for m in mlps)
     layer, plain_layer = tts.model.talker.model.layers[1], plain.model.talker.model.layers[1]
     fused = layer.mlp.fused
     for name in ("gate_proj", "up_proj"):
@@ -202,11 +204,25 @@ def test_rms_norm_and_mlp_kernels_equal_the_pytorch_ops(short_checkpoint):
             got, expected = layer.mlp(x), plain_layer.mlp(x)
             assert got.shape == expected.shape and got.dtype == torch.bfloat16, shape
             assert _cosine(got, expected) >= 0.9999, f"MLP {shape}: cosine {_cosine(got, expected):.7f}"
+            # RMSNorm.add, as the talker's layers call it and with a LayerScale as the codec's: the sum exactly
+            delta = torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=generator)
+            scale = torch.randn(hidden, device="cuda", dtype=torch.bfloat16, generator=generator)
+            for factor in (None, scale):
+                (got_sum, got), (sum_, expected) = (n.add(x, delta, factor) for n in (layer.input_layernorm,
+                                                                                        plain_layer.input_layernorm))
+                assert torch.equal(got_sum, sum_) and got.shape == expected.shape, shape
+                differ = (got != expected).float().mean().item()
+                assert differ <= 0.01, f"RMSNorm.add {shape}: {differ:.2%} of the elements differ"
+                assert ((got.float() - expected.float()).abs() <= 2 ** -6 * expected.float().abs()).all(), shape
         module, norm = fused.module, layer.input_layernorm
         with pytest.raises(RuntimeError, match="x must be BFloat16, got Float"):
             module.rms_norm(x.float(), norm.weight, norm.eps)
         with pytest.raises(RuntimeError, match=f"weight has 5 elements, expected {hidden}"):
             module.rms_norm(x, norm.weight[:5], norm.eps)
+        with pytest.raises(RuntimeError, match=rf"delta \[7, 2, {hidden}\] must have x's shape \[2, 7, {hidden}\]"):
+            module.add_rms_norm(x, x.transpose(0, 1).contiguous(), None, norm.weight, norm.eps)
+        with pytest.raises(RuntimeError, match=f"scale has 5 elements, expected {hidden}"):
+            module.add_rms_norm(x, x, norm.weight[:5], norm.weight, norm.eps)
         gate = torch.zeros(3, 8, device="cuda", dtype=torch.bfloat16)
         with pytest.raises(RuntimeError, match=r"gate \[3, 8\] and up \[3, 4\] must match"):
             module.swiglu(gate, gate[:, :4])
