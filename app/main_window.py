@@ -214,7 +214,7 @@ class MainWindow(QMainWindow):
         self.load_bar.hide()
         self.statusBar().addWidget(self.state_label, 1)
         self.statusBar().addPermanentWidget(self.load_bar)
-        self._show_state("idle")
+        self._show_state("idle", text="Starting…")
         self._update_talk_button()
 
     def _build_menus(self) -> None:
@@ -284,16 +284,23 @@ class MainWindow(QMainWindow):
         if not self._thread.isRunning():
             self._thread.start()
         self.info = None
+        self.load_bar.setRange(0, 0)  # busy until the worker names its first step
+        self.load_bar.show()
+        self._show_state("loading", text="Loading…")
+        self._update_talk_button()
         self.load_requested.emit(self._config())
 
     def _config(self):
         return self.settings.engine_config(self.history_file, self.chat_options)
 
     def _show_progress(self, step: str, done: int, total: int) -> None:
+        loading = done < total
         self.load_bar.setRange(0, total)
         self.load_bar.setValue(done)
-        self.load_bar.setFormat(f"Loading the {step}…")
-        self.load_bar.setVisible(done < total)
+        self.load_bar.setVisible(loading)
+        if loading:  # the bar is a thin line: the step is named where the state is, in words
+            self._show_state("loading", text=f"Loading the {step}…")
+        self._update_talk_button()
 
     def _engine_ready(self, info: EngineInfo) -> None:
         self.info = info
@@ -322,6 +329,7 @@ class MainWindow(QMainWindow):
         self.info = None
         self.load_bar.hide()
         self._show_state("idle", text="Not ready: " + problem.headline)
+        self._update_talk_button()
         if problem.action == "models":  # the first run, or a model moved: the page that fixes it, at once
             self.notice.show_problem(problem)
             self.open_models()
@@ -562,7 +570,9 @@ class MainWindow(QMainWindow):
         hands_free = self.hands_free.isChecked()
         voice = self.info is not None and self.info.microphone is not None
         self.talk_button.setEnabled(voice and not hands_free)
-        if self.info is not None and not voice:
+        if self.info is None:  # nothing listens yet: loading, or the load failed (the state line says why)
+            self.talk_button.setText("Loading…" if not self.load_bar.isHidden() else "Not ready")
+        elif not voice:
             self.talk_button.setText("No microphone — type below")
         else:
             self.talk_button.setText("Listening — just speak" if hands_free else "Hold to talk (Space)")

@@ -58,6 +58,23 @@ def test_text_typed_while_the_models_load_stays_in_the_box(window, qtbot):
     assert "not ready" in window.statusBar().currentMessage()
 
 
+def test_loading_names_each_step_where_the_state_is_and_the_talk_button_waits(window, qtbot):
+    """While the models load, the state line names the step (the bar beside it is a thin line with no room for
+    words), the talk button says "Loading…" and takes no press; ready, it listens; a failed load says "Not ready"."""
+    window.worker.progress.emit("speech model (first start: compiling its GPU kernel, about a minute)", 2, 7)
+    assert window.state_label.text() == "Loading the speech model (first start: compiling its GPU kernel, about a minute)…"
+    assert not window.load_bar.isHidden() and window.load_bar.value() == 2
+    assert window.talk_button.text() == "Loading…" and not window.talk_button.isEnabled()
+    window.worker.progress.emit("conversation", 7, 7)
+    ready(window)
+    assert window.load_bar.isHidden() and window.talk_button.text() == "Listening — just speak"
+
+    window.worker.progress.emit("history", 0, 7)  # settings that need new models: loading again
+    assert window.state_label.text() == "Loading the history…"
+    window.worker.failed.emit(Problem("The speech model is missing", "no folder", "Download it.", "models"))
+    assert window.talk_button.text() == "Not ready" and window.state_label.text().startswith("Not ready")
+
+
 def test_holding_space_is_push_to_talk_unless_the_text_box_has_focus(window, qtbot):
     """Space down asks press(), up asks release(), key repeats are ignored; in the text box Space types."""
     ready(window)
