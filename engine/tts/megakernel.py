@@ -74,6 +74,8 @@ def _put_ninja_on_path() -> None:
 def needs_build() -> bool:
     """Whether build() would compile first (about a minute, once per kernel version): this GPU can run the
     kernel and a CUDA toolkit is found, but no built extension is cached yet."""
+    if _module is not None:
+        return False
     try:
         _check_gpu()
     except MegakernelUnavailable:
@@ -82,7 +84,7 @@ def needs_build() -> bool:
 
     name, directory = _build_target()
     built = any((directory / (name + suffix)).is_file() for suffix in (".so", ".pyd"))
-    return _module is None and CUDA_HOME is not None and not built
+    return CUDA_HOME is not None and not built
 
 
 def build():

@@ -129,8 +129,8 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x, delta, cos, sin, cache, layer):
         """The residual stream x plus the previous layer's MLP output delta (None in the first layer) -> (the stream
-        after this layer's attention, this layer's MLP output). Each add is left to the norm after it (RMSNorm.add):
-        x + attention(norm(x)), then + mlp(norm(x)), as written, but an add and a norm are one launch in the kernel."""
+        after this layer's attention, this layer's MLP output). The sums are x + attention(norm(x)), then
+        + mlp(norm(x)), each add left to the norm that reads its sum (RMSNorm.add: one launch for both in the kernel)."""
         x, h = self.input_layernorm.add(x, delta) if delta is not None else (x, self.input_layernorm(x))
         x, h = self.post_attention_layernorm.add(x, self.self_attn(h, cos, sin, cache, layer))
         return x, self.mlp(h)
