@@ -16,10 +16,22 @@ from pathlib import Path
 from engine.errors import ParleyError
 
 
-def _say(args) -> int:
+def _load_tts(model: str | None, device: str, dtype: str | None = None):
+    """load_tts on the model named (or the default), saying first when it compiles the GPU kernel: a first use of a
+    kernel version spends about a minute there, which would otherwise look like a hang."""
     from engine.models import find_tts_model
     from engine.tts import load_tts
 
+    if device.startswith("cuda"):
+        from engine.tts.megakernel import needs_build
+
+        if needs_build():
+            print("parley: compiling the GPU kernel (first use of this version, about a minute)", file=sys.stderr,
+                  flush=True)
+    return load_tts(find_tts_model(model), device=device, dtype=dtype)
+
+
+def _say(args) -> int:
     out = Path(args.out) if args.out else None
     # checked before stdin is read or a model loaded: the temporary file goes beside the target
     if out is not None and (out.is_dir() or not out.parent.is_dir()):
@@ -27,7 +39,7 @@ def _say(args) -> int:
         raise ParleyError(f"cannot write {out}: {problem}; choose another --out")
     text = sys.stdin.read() if args.text in (None, "-") else args.text
     t0 = time.perf_counter()
-    tts = load_tts(find_tts_model(args.model), device=args.device, dtype=args.dtype)
+    tts = _load_tts(args.model, args.device, args.dtype)
     print(f"loaded {tts.folder} on {tts.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     speaker = args.speaker or tts.default_speaker
     stream = tts.stream(text, speaker, args.language, instruct=args.instruct, seed=args.seed)
@@ -82,13 +94,11 @@ def _chat(args) -> int:
     from engine.audio import Player
     from engine.history import HistoryStore, history_path
     from engine.llm.chat import ChatModel, bundled_model_path
-    from engine.models import find_tts_model
     from engine.pipeline import Dialogue, DialogueOptions
-    from engine.tts import load_tts
 
     llm_path = Path(args.llm) if args.llm else bundled_model_path()  # says how to install it when missing
     chat = ChatModel(llm_path)
-    tts = load_tts(find_tts_model(args.model), device=args.device)
+    tts = _load_tts(args.model, args.device)
     transcriber = None
     if not args.text:
         from engine.stt import Transcriber

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 import soundfile
+import torch
 
 from engine.models import DEFAULT_TTS_REPO
 
@@ -38,9 +39,9 @@ def start(cwd, env, *args):
                             text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def finish(process, stdin=""):
+def finish(process, stdin="", timeout=120):
     """Wait for a started run: (exit code, stderr)."""
-    _, err = process.communicate(stdin, timeout=120)
+    _, err = process.communicate(stdin, timeout=timeout)
     return process.returncode, err
 
 
@@ -138,3 +139,25 @@ def test_output_path_that_is_a_folder_is_refused_before_loading(tmp_path, short_
     code, err, _ = parley(tmp_path, TEXT, "--out", out, "--model", short_checkpoint)
     assert code == 2 and f"cannot write {out}: it is a folder" in err
     assert "loaded" not in err and "Traceback" not in err and list(out.iterdir()) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_first_say_on_the_gpu_says_it_compiles_the_kernel_and_speaks(tmp_path, short_checkpoint):
+    """`parley say --device cuda` with no kernel built yet (an empty cache folder) and no ninja on PATH (as an
+    environment used without activating it): it says it compiles the GPU kernel, builds it with the ninja package's
+    copy, and speaks, with no warning."""
+    env = offline_env(tmp_path)
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    env["PATH"] = os.pathsep.join(d for d in env.get("PATH", "").split(os.pathsep)
+                                  if d and not os.path.exists(os.path.join(d, "ninja")))
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    run = start(cwd, env, TEXT, "--out", "speech.wav", "--model", short_checkpoint, "--device", "cuda",
+                "--speaker", "ryan", "--seed", 1)
+    code, err = finish(run, timeout=600)  # the compile takes about a minute
+    assert code == 0, err
+    assert "parley: compiling the GPU kernel (first use of this version" in err and "warning" not in err, err
+    assert re.search(r"loaded .* on cuda", err), err
+    pcm, rate = soundfile.read(cwd / "speech.wav")
+    assert rate == 24000 and len(pcm) == FRAMES * FRAME_SAMPLES and np.abs(pcm).max() > 0
