@@ -311,13 +311,19 @@ class MainWindow(QMainWindow):
         kernel = " without its fast kernel" if info.megakernel_problem else ""
         self.statusBar().showMessage(f"{info.tts_model.name} on {info.device.upper()}{kernel}, voice {info.speaker}; "
                                      f"{mic}", 8000)
-        self._tell_megakernel_problem(info.megakernel_problem)
+        self._tell_megakernel_problem(info)
         self._update_talk_button()
 
-    def _tell_megakernel_problem(self, reason: str | None) -> None:
+    def _tell_megakernel_problem(self, info: EngineInfo) -> None:
         """Speech runs without the megakernel: said once per reason, and not over a notice still on screen
-        (that one matters more now; this one waits for the next start)."""
-        if not reason or reason == self.settings.megakernel_notice or not self.notice.isHidden():
+        (that one matters more now; this one waits for the next start). Once the kernel runs, a reason that
+        comes back later is new again."""
+        reason = info.megakernel_problem
+        if not reason:
+            if info.device == "cuda" and self.settings.megakernel_notice:
+                self.settings.megakernel_notice = ""
+            return
+        if reason == self.settings.megakernel_notice or not self.notice.isHidden():
             return
         self.settings.megakernel_notice = reason
         self.notice.show_problem(Problem(

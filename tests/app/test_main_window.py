@@ -181,8 +181,8 @@ def test_a_notice_keeps_the_conversation_going_and_says_what_to_do(window, qtbot
 
 def test_speech_without_the_megakernel_is_told_once_per_reason(window, qtbot, settings):
     """The engine speaks on PyTorch for want of a CUDA compiler: the status bar says so at every start, the notice
-    bar once (a lasting reason is not repeated), and again for a new reason; a notice already on screen (no
-    microphone) is not covered, the kernel's waiting for the next start."""
+    bar once (a lasting reason is not repeated), and again for a new reason or once the kernel has run between; a
+    notice already on screen (no microphone) is not covered, the kernel's waiting for the next start."""
     no_toolkit = "the megakernel could not be built (CUDA_HOME environment variable is not set)"
     ready(window, device="cuda", megakernel_problem=no_toolkit)
     assert "on CUDA without its fast kernel" in window.statusBar().currentMessage()
@@ -204,8 +204,10 @@ def test_speech_without_the_megakernel_is_told_once_per_reason(window, qtbot, se
     assert settings.megakernel_notice == old_gpu
 
     window.notice.hide()
-    ready(window, device="cuda")  # the kernel runs: nothing to tell
+    ready(window, device="cuda")  # the kernel runs: nothing to tell, and a reason that comes back is told again
     assert window.notice.isHidden() and "fast kernel" not in window.statusBar().currentMessage()
+    ready(window, device="cuda", megakernel_problem=old_gpu)
+    assert not window.notice.isHidden() and "Tesla T4" in window.notice.label.text()
 
 
 def test_lost_devices_show_in_the_notice_bar_until_they_are_back(window, qtbot):
