@@ -146,7 +146,7 @@ def test_output_path_that_is_a_folder_is_refused_before_loading(tmp_path, short_
 def test_a_first_say_on_the_gpu_says_it_compiles_the_kernel_and_speaks(tmp_path, short_checkpoint):
     """`parley say --device cuda` with no kernel built yet (an empty cache folder) and no ninja on PATH (as an
     environment used without activating it): it says it compiles the GPU kernel, builds it with the ninja package's
-    copy, and speaks, with no warning."""
+    copy, and speaks, with no warning of Parley's."""
     env = offline_env(tmp_path)
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     env["PATH"] = os.pathsep.join(d for d in env.get("PATH", "").split(os.pathsep)
@@ -157,7 +157,8 @@ def test_a_first_say_on_the_gpu_says_it_compiles_the_kernel_and_speaks(tmp_path,
                 "--speaker", "ryan", "--seed", 1)
     code, err = finish(run, timeout=600)  # the compile takes about a minute
     assert code == 0, err
-    assert "parley: compiling the GPU kernel (first use of this version" in err and "warning" not in err, err
+    assert "parley: compiling the GPU kernel (first use of this version" in err, err
+    assert "parley: warning" not in err, err  # the build did not fail: speech ran in the kernel
     assert re.search(r"loaded .* on cuda", err), err
     pcm, rate = soundfile.read(cwd / "speech.wav")
     assert rate == 24000 and len(pcm) == FRAMES * FRAME_SAMPLES and np.abs(pcm).max() > 0
