@@ -73,8 +73,8 @@ def _put_ninja_on_path() -> None:
 
 def needs_build() -> bool:
     """Whether build() would compile first (about a minute, once per kernel version): this GPU can run the
-    kernel and a CUDA toolkit is found, but no built extension is cached yet."""
-    if _module is not None:
+    kernel and its sources and a CUDA toolkit are found, but no built extension is cached yet."""
+    if _module is not None or _missing_sources():
         return False
     try:
         _check_gpu()
@@ -87,14 +87,20 @@ def needs_build() -> bool:
     return CUDA_HOME is not None and not built
 
 
+def _missing_sources() -> list[str]:
+    """The extension's sources not found beside engine/ (an install that copied engine/ without csrc/: only a source
+    checkout's install has both)."""
+    return [source for source in SOURCES if not (CSRC / source).is_file()]
+
+
 def build():
     """Compile (first use only; cached on disk) and import the kernel extension."""
     global _module
     if _module is not None:
         return _module
     major, minor = _check_gpu()
-    missing = [source for source in SOURCES if not (CSRC / source).is_file()]
-    if missing:  # an install that copied engine/ without csrc/ (only a source checkout's install has both)
+    missing = _missing_sources()
+    if missing:
         raise MegakernelUnavailable(f"the megakernel's sources are not installed ({CSRC} lacks {', '.join(missing)}); "
                                     f"install Parley from its source folder with pip install -e .")
     from torch.utils.cpp_extension import load

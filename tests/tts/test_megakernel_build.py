@@ -72,8 +72,10 @@ def test_without_a_cuda_toolkit_speech_runs_on_pytorch_and_the_engine_says_why(s
 @cuda
 @pytest.mark.gpu
 def test_an_install_without_the_kernels_sources_says_so(tmp_path, monkeypatch):
-    """engine/ installed without csrc/ beside it: the build refuses at once and names what is missing."""
+    """engine/ installed without csrc/ beside it: no compile is announced, and the build refuses at once and names
+    what is missing."""
     monkeypatch.setattr(megakernel, "_module", None)
     monkeypatch.setattr(megakernel, "CSRC", tmp_path / "csrc" / "megakernel")
+    assert not megakernel.needs_build()
     with pytest.raises(megakernel.MegakernelUnavailable, match="sources are not installed .*lacks binding.cpp"):
         megakernel.build()
