@@ -118,9 +118,9 @@ def build():
             build_directory=str(directory),
         )
     except (RuntimeError, OSError) as e:  # no CUDA toolkit or ninja, or the compiler failed
-        log.warning("the megakernel's build failed: %s", e)  # a failed compile's message is its whole output
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if reason.startswith("Error building extension"):
+        if reason.startswith("Error building extension"):  # its message is the compiler's whole output
+            log.warning("the megakernel's build failed:\n%s", e)
             reason = "the CUDA compiler failed; the log holds its output"
         raise MegakernelUnavailable(f"the megakernel could not be built ({reason})") from None
     return _module
