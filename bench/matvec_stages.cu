@@ -13,9 +13,11 @@
 //   x in lanes            rows first, and x held in registers in the lanes' layout (lane l: x[256 u + 8 l
 //                         + j]), normalized by each warp alone: no shared memory, no block reduction
 //   next rows before the barrier  x in lanes, and the next stage's rows loaded before grid.sync()
-// and two barriers: cooperative groups' grid.sync() (its thread 0 fences with __threadfence, fence.sc, then adds
-// to a counter), and a release/acquire barrier (thread 0 adds with atom.release, spins with ld.acquire), alone
-// and after the kernel's design.
+// and three barriers: cooperative groups' grid.sync() (its thread 0 fences with __threadfence, fence.sc, then adds
+// to a counter), a release/acquire barrier (thread 0 adds with atom.release, spins with ld.acquire), and on Hopper
+// a two-level one over thread-block clusters of 2, 4 or 8 (the cluster's hardware barrier, then one block a
+// cluster in the release/acquire count, then the cluster's barrier again), alone and after the kernel's design.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -38,8 +40,8 @@ __device__ __forceinline__ int warp_row(int i) {
   return blockIdx.x * kWarps + (threadIdx.x >> 5) + i * gridDim.x * kWarps;
 }
 
-enum Design { kBarrierOnly, kReleaseBarrierOnly, kInputOnly, kKernel, kKernelRelease, kRowsFirst, kRowsFirstAsync,
-              kLanes, kNextRowsEarly };
+enum Design { kBarrierOnly, kReleaseBarrierOnly, kClusterBarrierOnly, kInputOnly, kKernel, kKernelRelease,
+              kKernelCluster, kRowsFirst, kRowsFirstAsync, kLanes, kNextRowsEarly };
 
 // A grid barrier as cooperative groups' (one add a block to a counter whose top bit flips once all have added:
 // block 0 adds 2^31 - (gridDim.x - 1), the others 1), with release/acquire atomics in place of its fences: after
@@ -47,16 +49,36 @@ enum Design { kBarrierOnly, kReleaseBarrierOnly, kInputOnly, kKernel, kKernelRel
 // __syncthreads, become visible first) and waits for the flip with acquire loads.
 __device__ unsigned int g_arrived;
 
+// Thread 0 of each of `count` blocks adds; block 0 is one of them.
+__device__ __forceinline__ void release_acquire_count(unsigned int count) {
+  const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (count - 1) : 1u;
+  unsigned int found, now;
+  asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;" : "=r"(found) : "l"(&g_arrived), "r"(add) : "memory");
+  do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(&g_arrived) : "memory");
+  while (((found ^ now) & 0x80000000u) == 0);
+}
+
 __device__ __forceinline__ void release_acquire_sync() {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-    unsigned int found, now;
-    asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;" : "=r"(found) : "l"(&g_arrived), "r"(add) : "memory");
-    do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(&g_arrived) : "memory");
-    while (((found ^ now) & 0x80000000u) == 0);
-  }
+  if (threadIdx.x == 0) release_acquire_count(gridDim.x);
   __syncthreads();
+}
+
+// The two-level barrier over clusters of C blocks (a launch with cluster dimension C): the cluster's hardware
+// barrier (release/acquire at cluster scope: every block's writes ordered before its first block's thread 0
+// goes on), the release/acquire count among the clusters' first blocks (gridDim.x / C of them, not gridDim.x),
+// and the cluster's barrier again, where the other blocks wait for their first one. Release and acquire are
+// cumulative, so a write made before the first cluster barrier is visible after the second, in every cluster.
+template <int C>
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  if (threadIdx.x == 0 && cluster.block_rank() == 0) release_acquire_count(gridDim.x / C);
+  cluster.sync();
+#else
+  __trap();  // the host runs the cluster rows on compute capability 9.0 and later only
+#endif
 }
 
 // The warp's R rows (warp_row), each KP pieces of 256 weights, into registers.
@@ -143,7 +165,8 @@ __device__ __forceinline__ void load_input(const Stage& s, float* smem, float* s
 }
 
 // R rows a warp cover the stage (rows <= R x all warps); KP = K / 256; MR, ML: the kernel's grid_matvec<MR, ML>.
-template <int D, int R, int KP, int MR, int ML>
+// C: the cluster size the launch has, for the cluster barrier's designs.
+template <int D, int R, int KP, int MR, int ML, int C = 1>
 __global__ void __launch_bounds__(kThreads, 1) stage_kernel(Stage s) {
   extern __shared__ float smem[];
   __shared__ float scratch[kWarps];
@@ -153,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1) stage_kernel(Stage s) {
   for (int it = 0; it < s.iters; ++it) {
     const __nv_bfloat16* W = s.matrix(it);
     if constexpr (D == kInputOnly) load_input(s, smem, scratch);
-    if constexpr (D == kKernel || D == kKernelRelease)
+    if constexpr (D == kKernel || D == kKernelRelease || D == kKernelCluster)
       grid_matvec<MR, ML>(
           s.rows, s.K, smem, [&](int r) { return W + static_cast<int64_t>(r) * s.K; },
           [&] { load_input(s, smem, scratch); }, [&](int r, int, float d) { s.out[r] = d; });
@@ -186,6 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1) stage_kernel(Stage s) {
       if constexpr (D == kNextRowsEarly) load_rows<R, KP>(s, s.matrix(it + 1), q);
     }
     if constexpr (D == kReleaseBarrierOnly || D == kKernelRelease) release_acquire_sync();
+    else if constexpr (D == kClusterBarrierOnly || D == kKernelCluster) cluster_sync<C>();
     else grid.sync();
   }
 }
@@ -199,12 +223,29 @@ __global__ void __launch_bounds__(kThreads, 1) stage_kernel(Stage s) {
     }                                                                                        \
   } while (0)
 
-// Best of 4 timed launches (after one warm-up) of `iters` stages; us a stage.
-template <int D, int R, int KP, int MR, int ML>
-void row(const char* stage, const char* design, Stage s, int blocks) {
-  const void* kernel = reinterpret_cast<const void*>(stage_kernel<D, R, KP, MR, ML>);
+// Best of 4 timed launches (after one warm-up) of `iters` stages; us a stage. C > 1: a launch in clusters of C
+// blocks, as many of the SMs as whole clusters that fit co-resident cover (the design's name says how many).
+template <int D, int R, int KP, int MR, int ML, int C = 1>
+void row(const char* stage, const char* design, Stage s, int sms) {
+  const void* kernel = reinterpret_cast<const void*>(stage_kernel<D, R, KP, MR, ML, C>);
   const size_t smem = 4 * static_cast<size_t>(s.K) + (D == kRowsFirstAsync ? 16 * R * KP * kThreads : 0);
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  cudaLaunchAttribute attrs[2];
+  attrs[0].id = cudaLaunchAttributeCooperative;
+  attrs[0].val.cooperative = 1;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim = {C, 1, 1};
+  cudaLaunchConfig_t config = {dim3(sms - sms % C), dim3(kThreads), smem, nullptr, attrs, C > 1 ? 2u : 1u};
+  char named[160];
+  std::snprintf(named, sizeof named, "%s", design);
+  if constexpr (C > 1) {
+    int major = 0, clusters = 0;
+    CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (major < 9) return;
+    CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    config.gridDim.x = std::min(config.gridDim.x, static_cast<unsigned>(clusters * C));
+    std::snprintf(named, sizeof named, "%s (%u blocks)", design, config.gridDim.x);
+  }
   void* args[] = {&s};
   cudaEvent_t start, stop;
   CHECK(cudaEventCreate(&start));
@@ -212,7 +253,7 @@ void row(const char* stage, const char* design, Stage s, int blocks) {
   float best = 1e30f;
   for (int rep = 0; rep < 5; ++rep) {
     CHECK(cudaEventRecord(start));
-    CHECK(cudaLaunchCooperativeKernel(kernel, blocks, kThreads, args, smem, nullptr));
+    CHECK(cudaLaunchKernelExC(&config, kernel, args));
     CHECK(cudaEventRecord(stop));
     CHECK(cudaEventSynchronize(stop));
     float ms = 0.f;
@@ -222,22 +263,24 @@ void row(const char* stage, const char* design, Stage s, int blocks) {
   CHECK(cudaEventDestroy(start));
   CHECK(cudaEventDestroy(stop));
   const double us = 1000.0 * best / s.iters, mb = 2.0 * s.rows * s.K / 1e6;
-  if (D == kBarrierOnly || D == kReleaseBarrierOnly || D == kInputOnly)
-    std::printf("| %s | %s | - | %.2f | - |\n", stage, design, us);
-  else std::printf("| %s | %s | %.1f | %.2f | %.0f |\n", stage, design, mb, us, mb * 1e3 / us);
+  if (D == kBarrierOnly || D == kReleaseBarrierOnly || D == kClusterBarrierOnly || D == kInputOnly)
+    std::printf("| %s | %s | - | %.2f | - |\n", stage, named, us);
+  else std::printf("| %s | %s | %.1f | %.2f | %.0f |\n", stage, named, mb, us, mb * 1e3 / us);
 }
 
 // A stage whose input is RMSNorm'd (K = 1024), R rows a warp covering it: the kernel's grid_matvec at 2, 3 and
 // R rows a batch, then the other designs.
 template <int R>
 void normed_designs(const char* stage, const Stage& s, int sms) {
-  char whole[64];
+  char whole[96];
   std::snprintf(whole, sizeof whole, "kernel: grid_matvec<%d, %d>", R, 4 * R);
   row<kKernel, R, 4, 2, 8>(stage, "kernel: grid_matvec<2, 8>", s, sms);
   row<kKernel, R, 4, 3, 12>(stage, "kernel: grid_matvec<3, 12>", s, sms);
   row<kKernel, R, 4, R, 4 * R>(stage, whole, s, sms);
   std::snprintf(whole, sizeof whole, "kernel: grid_matvec<%d, %d>, release/acquire barrier", R, 4 * R);
   row<kKernelRelease, R, 4, R, 4 * R>(stage, whole, s, sms);
+  std::snprintf(whole, sizeof whole, "kernel: grid_matvec<%d, %d>, cluster barrier, clusters of 4", R, 4 * R);
+  row<kKernelCluster, R, 4, R, 4 * R, 4>(stage, whole, s, sms);
   row<kRowsFirst, R, 4, 1, 1>(stage, "rows first, x in shared memory", s, sms);
   row<kRowsFirstAsync, R, 4, 1, 1>(stage, "rows first by cp.async, x in shared memory", s, sms);
   row<kLanes, R, 4, 1, 1>(stage, "rows first, x in lanes", s, sms);
@@ -247,11 +290,13 @@ void normed_designs(const char* stage, const Stage& s, int sms) {
 // A stage whose input is used as it is, a row a warp of KP pieces (the kernel's grid_matvec<1, KP>).
 template <int KP>
 void plain_designs(const char* stage, const Stage& s, int sms) {
-  char kernel[64];
+  char kernel[96];
   std::snprintf(kernel, sizeof kernel, "kernel: grid_matvec<1, %d>", KP);
   row<kKernel, 1, KP, 1, KP>(stage, kernel, s, sms);
   std::snprintf(kernel, sizeof kernel, "kernel: grid_matvec<1, %d>, release/acquire barrier", KP);
   row<kKernelRelease, 1, KP, 1, KP>(stage, kernel, s, sms);
+  std::snprintf(kernel, sizeof kernel, "kernel: grid_matvec<1, %d>, cluster barrier, clusters of 4", KP);
+  row<kKernelCluster, 1, KP, 1, KP, 4>(stage, kernel, s, sms);
   row<kRowsFirst, 1, KP, 1, 1>(stage, "rows first, x in shared memory", s, sms);
   row<kRowsFirstAsync, 1, KP, 1, 1>(stage, "rows first by cp.async, x in shared memory", s, sms);
 }
@@ -286,6 +331,9 @@ int main() {
   const Stage normed{w, copies, 1, 1024, 400, x, norm, out};
   row<kBarrierOnly, 1, 1, 1, 1>("-", "grid.sync() alone", normed, sms);
   row<kReleaseBarrierOnly, 1, 1, 1, 1>("-", "release/acquire barrier alone", normed, sms);
+  row<kClusterBarrierOnly, 1, 1, 1, 1, 2>("-", "cluster barrier alone, clusters of 2", normed, sms);
+  row<kClusterBarrierOnly, 1, 1, 1, 1, 4>("-", "cluster barrier alone, clusters of 4", normed, sms);
+  row<kClusterBarrierOnly, 1, 1, 1, 1, 8>("-", "cluster barrier alone, clusters of 8", normed, sms);
   row<kInputOnly, 1, 1, 1, 1>("-", "x (1024) RMSNorm'd into shared memory + grid.sync()", normed, sms);
 
   Stage a = normed;  // q/k/v
