@@ -80,15 +80,20 @@ def main() -> int:
     parser.add_argument("--per-launch", type=int, default=4)
     parser.add_argument("--probes", action="store_true", help="also stamp points inside the stages")
     args = parser.parse_args()
-    folder = checkpoint(args)
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.probes:  # a copy of the sources with the probes compiled in (its own build: the hash differs)
-            megakernel.CSRC = Path(shutil.copytree(megakernel.CSRC, Path(tmp) / "megakernel"))
-            common = megakernel.CSRC / "common.cuh"
-            common.write_text("#define MK_PROBES\n" + common.read_text())
-        tts = load_tts(folder, device="cuda", megakernel=True)
-    report(tts, args)
+    report(load(checkpoint(args), args.probes), args)
     return 0
+
+
+def load(folder: Path, probes: bool):
+    """The engine with the megakernel, built from a copy of the sources with the probes compiled in where
+    `probes` is set (its own build: the hash differs)."""
+    if not probes:
+        return load_tts(folder, device="cuda", megakernel=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        megakernel.CSRC = Path(shutil.copytree(megakernel.CSRC, Path(tmp) / "megakernel"))
+        common = megakernel.CSRC / "common.cuh"
+        common.write_text("#define MK_PROBES\n" + common.read_text())
+        return load_tts(folder, device="cuda", megakernel=True)
 
 
 def report(tts, args: argparse.Namespace) -> None:
