@@ -247,6 +247,14 @@ void row(const char* stage, const char* design, Stage s, int sms) {
     std::snprintf(named, sizeof named, "%s (%u blocks)", design, config.gridDim.x);
   }
   void* args[] = {&s};
+  if (C > 1) {  // whether a cooperative launch takes clusters here: said in the table, not fatal
+    const cudaError_t e = cudaLaunchKernelExC(&config, kernel, args);
+    if (e != cudaSuccess) {
+      std::printf("| %s | %s | launch failed: %s | - | - |\n", stage, named, cudaGetErrorString(e));
+      return;
+    }
+    CHECK(cudaDeviceSynchronize());
+  }
   cudaEvent_t start, stop;
   CHECK(cudaEventCreate(&start));
   CHECK(cudaEventCreate(&stop));
