@@ -122,8 +122,26 @@ class Pulse:
         return player
 
     def stop(self) -> None:
+        # PortAudio's client (ALSA's pulse plugin) stays connected until PortAudio ends, and makes the runtime
+        # folder anew once the server has gone: end it first (no audio is used after stop())
+        if "sounddevice" in sys.modules:
+            sys.modules["sounddevice"]._terminate()
+        pid_file = self.dir / "pulse" / "pid"
+        pid = int(pid_file.read_text().split()[0]) if pid_file.is_file() else None
         subprocess.run(["pulseaudio", "--kill"], env=self.env, capture_output=True, timeout=30)
+        # the server makes the folder anew while it shuts down, if it is already gone: wait until it has exited
+        deadline = time.monotonic() + 10
+        while pid is not None and _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    """Whether the process runs (a zombie, which init may reap late, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def speech(text: str, folder: Path) -> np.ndarray:
