@@ -32,12 +32,15 @@ def _load_tts(model: str | None, device: str, dtype: str | None = None):
 
 
 def _say(args) -> int:
+    from engine.tts.prompt import clean_text
+
     out = Path(args.out) if args.out else None
     # checked before stdin is read or a model loaded: the temporary file goes beside the target
     if out is not None and (out.is_dir() or not out.parent.is_dir()):
         problem = "it is a folder" if out.is_dir() else f"the folder {out.parent} does not exist"
         raise ParleyError(f"cannot write {out}: {problem}; choose another --out")
     text = sys.stdin.read() if args.text in (None, "-") else args.text
+    clean_text(text)  # nothing to speak is said before a model loads (on a first GPU use, a minute's compile)
     t0 = time.perf_counter()
     tts = _load_tts(args.model, args.device, args.dtype)
     print(f"loaded {tts.folder} on {tts.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)

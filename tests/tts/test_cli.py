@@ -132,6 +132,17 @@ def test_output_folder_that_does_not_exist_is_named_before_loading(tmp_path, sho
     assert not (tmp_path / "no").exists() and list(cwd.iterdir()) == []
 
 
+def test_nothing_to_speak_is_refused_before_loading(tmp_path, short_checkpoint):
+    """Standard input with only spaces and control characters exits 2 saying there is nothing to speak, before any
+    model is loaded, and writes nothing."""
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    run = start(cwd, offline_env(tmp_path), "--out", "speech.wav", "--model", short_checkpoint)
+    code, err = finish(run, stdin=" \t\x00\n \x1b\n")
+    assert code == 2 and "parley: nothing to speak" in err
+    assert "loaded" not in err and "Traceback" not in err and list(cwd.iterdir()) == []
+
+
 def test_output_path_that_is_a_folder_is_refused_before_loading(tmp_path, short_checkpoint):
     """--out naming an existing folder exits 2 with a clear message, before any model is loaded."""
     out = tmp_path / "a_folder"
