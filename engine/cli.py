@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -215,6 +216,13 @@ def _voice_chat(dialogue, args, about: str) -> int:
     return 0
 
 
+def _device(value: str) -> str:
+    """--device's type: cpu, cuda or cuda:N (argparse's usage error otherwise, not a traceback from the engine)."""
+    if re.fullmatch(r"cpu|cuda(:\d+)?", value) is None:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a device; choose cpu, cuda or cuda:N")
+    return value
+
+
 def _show_warnings() -> None:
     """Engine warnings (no GPU or no room on it, so the CPU is used) go to stderr as 'parley: warning: ...'.
 
@@ -242,8 +250,9 @@ def main(argv=None) -> int:
     say.add_argument("--language", default="auto", help="language name or 'auto'")
     say.add_argument("--instruct", help="speaking style (1.7B) or voice description (VoiceDesign)")
     say.add_argument("--seed", type=int, help="makes the speech reproducible")
-    say.add_argument("--device", default="cpu", help="cpu or cuda")
-    say.add_argument("--dtype", help="float32, bfloat16 or float16 (default: float32 on CPU, bfloat16 on GPU)")
+    say.add_argument("--device", default="cpu", type=_device, help="cpu or cuda (cuda:N: the Nth GPU)")
+    say.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
+                     help="default: float32 on CPU, bfloat16 on GPU")
     chat = commands.add_parser("chat", help="talk with Parley through the microphone: replies are printed and spoken")
     chat.add_argument("--text", action="store_true", help="type your turns on standard input (one a line) instead")
     chat.add_argument("--push-to-talk", action="store_true", help="Enter starts and ends each spoken turn "
@@ -255,7 +264,7 @@ def main(argv=None) -> int:
     chat.add_argument("--model", help="TTS checkpoint folder or hub id (default: Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
     chat.add_argument("--llm", help="GGUF chat model file (default: the bundled SmolLM2-135M-Instruct)")
     chat.add_argument("--speaker", help="voice name (default: the TTS model's first)")
-    chat.add_argument("--device", default="cpu", help="cpu or cuda, for the TTS")
+    chat.add_argument("--device", default="cpu", type=_device, help="cpu or cuda (cuda:N: the Nth GPU), for the TTS")
     chat.add_argument("--profile", default="default", help="whose history the turns are saved in")
     args = parser.parse_args(argv)
     try:

@@ -256,6 +256,16 @@ def _free_gpu() -> None:
         torch.cuda.empty_cache()
 
 
+def _device(name: str | torch.device) -> torch.device:
+    try:
+        device = torch.device(name)
+    except RuntimeError:  # not a device torch knows
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device '{name}'; choose cpu, cuda or cuda:N")
+    return device
+
+
 def _dtype(device: torch.device, dtype) -> torch.dtype:
     if dtype is None:
         return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -286,11 +296,12 @@ def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | N
     Raises:
         ModelFilesError: a file is missing, truncated, corrupt or does not match config.json; the
             message names the file and ends with how to get the model again. Nothing stays loaded.
+        ValueError: a device other than cpu, cuda or cuda:N, or an unknown dtype.
     """
     folder = Path(path)
     if not folder.is_dir():
         raise ModelFilesError(f"{folder}: no such model folder")
-    device = torch.device(device)
+    device = _device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         log.warning("device 'cuda' was asked for, but this machine has no usable CUDA GPU; using the CPU")
         device, dtype = torch.device("cpu"), None

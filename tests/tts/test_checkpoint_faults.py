@@ -180,6 +180,14 @@ def test_asking_for_the_gpu_without_one_loads_on_the_cpu_with_a_warning(tiny_che
     assert tts.synthesize("Still speaking.", "ryan", seed=0).size > 0
 
 
+@pytest.mark.parametrize("device", ["gpu", "mps", "cuda:x"])
+def test_a_device_other_than_cpu_or_cuda_is_refused_by_name(tiny_checkpoint, device):
+    """A device name torch does not know, or one the engine does not run on, raises ValueError naming it and the
+    choices, not torch's own error."""
+    with pytest.raises(ValueError, match=f"unknown device '{device}'; choose cpu, cuda or cuda:N"):
+        load_tts(tiny_checkpoint, device=device)
+
+
 # ---- Whisper ----
 
 

@@ -143,6 +143,17 @@ def test_nothing_to_speak_is_refused_before_loading(tmp_path, short_checkpoint):
     assert "loaded" not in err and "Traceback" not in err and list(cwd.iterdir()) == []
 
 
+@pytest.mark.parametrize("option, value, message", [
+    ("--device", "gpu", "argument --device: 'gpu' is not a device; choose cpu, cuda or cuda:N"),
+    ("--dtype", "int8", "argument --dtype: invalid choice: 'int8'"),
+])
+def test_a_bad_device_or_dtype_is_a_usage_error(tmp_path, short_checkpoint, option, value, message):
+    """--device or --dtype the engine cannot take exits 2 with the usage and the choices, no traceback."""
+    code, err, cwd = parley(tmp_path, TEXT, "--out", "speech.wav", "--model", short_checkpoint, option, value)
+    assert code == 2 and message in err and "usage: parley say" in err
+    assert "Traceback" not in err and list(cwd.iterdir()) == []
+
+
 def test_output_path_that_is_a_folder_is_refused_before_loading(tmp_path, short_checkpoint):
     """--out naming an existing folder exits 2 with a clear message, before any model is loaded."""
     out = tmp_path / "a_folder"
