@@ -223,6 +223,13 @@ def _device(value: str) -> str:
     return value
 
 
+def _milliseconds(value: str) -> int:
+    """--silence-ms's type: a whole number >= 0, checked before the models load."""
+    if not value.isdecimal():
+        raise argparse.ArgumentTypeError(f"'{value}' is not a whole number of milliseconds >= 0")
+    return int(value)
+
+
 def _show_warnings() -> None:
     """Engine warnings (no GPU or no room on it, so the CPU is used) go to stderr as 'parley: warning: ...'.
 
@@ -257,7 +264,7 @@ def main(argv=None) -> int:
     chat.add_argument("--text", action="store_true", help="type your turns on standard input (one a line) instead")
     chat.add_argument("--push-to-talk", action="store_true", help="Enter starts and ends each spoken turn "
                       "(default: hands-free, a pause ends the turn)")
-    chat.add_argument("--silence-ms", type=int, default=700, help="hands-free: the pause that ends a turn (ms)")
+    chat.add_argument("--silence-ms", type=_milliseconds, default=700, help="hands-free: the pause that ends a turn (ms)")
     chat.add_argument("--input-device", help="microphone: a name, part of one, or an index (default: the system's)")
     chat.add_argument("--output-device", help="speaker: a name, part of one, or an index (default: the system's)")
     chat.add_argument("--whisper", help="Whisper model: a CTranslate2 folder or hub name (default: the bundled base)")

@@ -56,6 +56,16 @@ def test_chat_with_a_history_another_program_holds_says_so_answers_and_says_what
     assert f"parley: 2 turns could not be saved: {path} could not be written" in err
 
 
+@pytest.mark.parametrize("option, value", [("--silence-ms", "-5"), ("--silence-ms", "²"), ("--device", "gpu")])
+def test_chat_refuses_a_bad_option_before_loading_anything(tmp_path, option, value):
+    """A --silence-ms that is not a whole number >= 0, or a device other than cpu/cuda, is argparse's usage error
+    (exit 2, no traceback), given before any model is looked for."""
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "--text", option, value], input="",
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and f"argument {option}: '{value}' is not a" in done.stderr
+    assert "usage: parley chat" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_chat_names_a_missing_llm_file(sound_server, short_checkpoint, tmp_path):
     """A --llm path that does not exist fails with exit code 2 and a message naming the file."""
     missing = tmp_path / "nope.gguf"
