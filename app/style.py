@@ -19,8 +19,9 @@ from PySide6.QtWidgets import QApplication
 
 __all__ = ["ASSETS", "THEMES", "app_icon", "apply_style", "colors", "palette", "scheme_for", "style_sheet"]
 
-# beside app/ in a checkout; build_app.spec puts it at the same place in the bundle
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+# inside app/ in a wheel (pyproject.toml); beside it in a checkout, and build_app.spec puts it there in the bundle
+_HERE = Path(__file__).resolve().parent
+ASSETS = _HERE / "assets" if (_HERE / "assets").is_dir() else _HERE.parent / "assets"
 THEMES = ("system", "light", "dark")
 _TOKEN = re.compile(r"@([a-z_]+)")
 

@@ -29,7 +29,9 @@ from engine.tts.model import MLP, Attention, DecoderStack, FrameState, KVCache, 
 from engine.tts.prompt import TalkerInputs
 from engine.tts.sampling import Sampler, SamplingOptions
 
-CSRC = Path(__file__).resolve().parent.parent.parent / "csrc" / "megakernel"
+# inside engine/ in a wheel (pyproject.toml), beside it in a checkout
+_ENGINE = Path(__file__).resolve().parent.parent
+CSRC = (_ENGINE / "csrc" if (_ENGINE / "csrc").is_dir() else _ENGINE.parent / "csrc") / "megakernel"
 # the extension's sources; the build's hash covers CSRC's headers too
 SOURCES = ("binding.cpp", "megakernel.cu", "attention_prologue.cu", "snake.cu", "rms_norm.cu", "swiglu.cu")
 MAX_POSITIONS = 16384  # shared memory is planned for attention over this many cached positions
