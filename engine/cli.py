@@ -17,10 +17,26 @@ from pathlib import Path
 from engine.errors import ParleyError
 
 
-def _load_tts(model: str | None, device: str, dtype: str | None = None):
-    """load_tts on the model named (or the default), saying first when it compiles the GPU kernel: a first use of a
-    kernel version spends about a minute there, which would otherwise look like a hang."""
-    from engine.models import find_tts_model
+def _speaker(folder: Path, speaker: str | None, language: str, instruct: str | None) -> str | None:
+    """The speaker to use (the model's first where none is named), the voice checked against the model's config.json
+    before its weights load: a misspelt name is told at once, not after a load or a first GPU use's compile. A
+    config.json that cannot be read is left to load_tts, which names the fault and how to get the model again."""
+    from engine.errors import ModelFilesError
+    from engine.tts.config import TTSConfig
+    from engine.tts.prompt import resolve_voice
+
+    try:
+        config = TTSConfig.from_file(folder / "config.json")
+    except ModelFilesError:
+        return speaker
+    speaker = speaker or config.default_speaker
+    resolve_voice(config, speaker, language, instruct)
+    return speaker
+
+
+def _load_tts(folder: Path, device: str, dtype: str | None = None):
+    """load_tts on a model folder, saying first when it compiles the GPU kernel: a first use of a kernel version
+    spends about a minute there, which would otherwise look like a hang."""
     from engine.tts import load_tts
 
     if device.startswith("cuda"):
@@ -29,10 +45,11 @@ def _load_tts(model: str | None, device: str, dtype: str | None = None):
         if needs_build():
             print("parley: compiling the GPU kernel (first use of this version, about a minute)", file=sys.stderr,
                   flush=True)
-    return load_tts(find_tts_model(model), device=device, dtype=dtype)
+    return load_tts(folder, device=device, dtype=dtype)
 
 
 def _say(args) -> int:
+    from engine.models import find_tts_model
     from engine.tts.prompt import clean_text
 
     out = Path(args.out) if args.out else None
@@ -42,10 +59,11 @@ def _say(args) -> int:
         raise ParleyError(f"cannot write {out}: {problem}; choose another --out")
     text = sys.stdin.read() if args.text in (None, "-") else args.text
     clean_text(text)  # nothing to speak is said before a model loads (on a first GPU use, a minute's compile)
+    folder = find_tts_model(args.model)
+    speaker = _speaker(folder, args.speaker, args.language, args.instruct)
     t0 = time.perf_counter()
-    tts = _load_tts(args.model, args.device, args.dtype)
+    tts = _load_tts(folder, args.device, args.dtype)
     print(f"loaded {tts.folder} on {tts.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    speaker = args.speaker or tts.default_speaker
     stream = tts.stream(text, speaker, args.language, instruct=args.instruct, seed=args.seed)
     samples, ttfc, elapsed, where = _write_wav(stream, tts, out) if out else _play(stream, args.output_device)
     seconds = samples / tts.sample_rate_hz
@@ -98,11 +116,14 @@ def _chat(args) -> int:
     from engine.audio import Player
     from engine.history import HistoryStore, history_path
     from engine.llm.chat import ChatModel, bundled_model_path
+    from engine.models import find_tts_model
     from engine.pipeline import Dialogue, DialogueOptions
 
     llm_path = Path(args.llm) if args.llm else bundled_model_path()  # says how to install it when missing
+    folder = find_tts_model(args.model)
+    speaker = _speaker(folder, args.speaker, DialogueOptions.language, None)
     chat = ChatModel(llm_path)
-    tts = _load_tts(args.model, args.device)
+    tts = _load_tts(folder, args.device)
     transcriber = None
     if not args.text:
         from engine.stt import Transcriber
@@ -113,7 +134,7 @@ def _chat(args) -> int:
     with Player(args.output_device) as player, HistoryStore(history_path(args.profile), open_later=True) as history:
         if history.open_error is not None:
             print(f"parley: {history.open_error}", file=sys.stderr)
-        dialogue = Dialogue(chat, tts, player, history, transcriber, options=DialogueOptions(speaker=args.speaker))
+        dialogue = Dialogue(chat, tts, player, history, transcriber, options=DialogueOptions(speaker=speaker))
         about = f"parley: {llm_path.name} and {tts.folder.name}, voice {dialogue.speaker}"
         try:
             return _typed_chat(dialogue, about) if args.text else _voice_chat(dialogue, args, about)

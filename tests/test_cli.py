@@ -66,6 +66,16 @@ def test_chat_refuses_a_bad_option_before_loading_anything(tmp_path, option, val
     assert "usage: parley chat" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_chat_names_an_unknown_speaker_before_loading_any_model(short_checkpoint, tmp_path):
+    """--speaker nobody is refused from the speech model's config.json, naming the valid ones, before any model loads:
+    the chat model's file, which does not exist, is never reached."""
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "--text", "--model", str(short_checkpoint),
+                           "--speaker", "nobody", "--llm", str(tmp_path / "no-such.gguf")], input="",
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "parley: unknown speaker 'nobody'; this model has: " in done.stderr
+    assert "no-such.gguf" not in done.stderr and "Traceback" not in done.stderr
+
+
 def test_chat_names_a_missing_llm_file(sound_server, short_checkpoint, tmp_path):
     """A --llm path that does not exist fails with exit code 2 and a message naming the file."""
     missing = tmp_path / "nope.gguf"

@@ -202,6 +202,11 @@ class TTSConfig:
         return sorted(self.talker.speaker_ids) if self.model_type == "custom_voice" else []
 
     @property
+    def default_speaker(self) -> str | None:
+        """The speaker used when a caller names none: the model's first, or None (VoiceDesign)."""
+        return self.speakers[0] if self.speakers else None
+
+    @property
     def languages(self) -> list[str]:
         """Languages a caller may ask for: 'auto' plus the config's, dialects excluded (as the official model)."""
         return ["auto"] + sorted(k for k in self.talker.language_ids if "dialect" not in k)

@@ -99,6 +99,35 @@ class Voice:
     instruct: str | None = None  # speaking style / voice description, where the model takes one
 
 
+def resolve_voice(cfg: TTSConfig, speaker: str | None, language: str | None, instruct: str | None) -> Voice:
+    """Check speaker, language and style against a checkpoint's config; names are case-insensitive.
+
+    Raises:
+        InputTextError: an unknown speaker or language (listing the valid ones), or a style the
+            model does not take.
+    """
+    language = (language or "auto").lower()
+    if language not in cfg.languages:
+        raise InputTextError(f"unknown language '{language}'; this model has: {', '.join(cfg.languages)}")
+    if cfg.model_type == "custom_voice":
+        if not speaker:
+            raise InputTextError(f"choose a speaker; this model has: {', '.join(cfg.speakers)}")
+        if speaker.lower() not in cfg.talker.speaker_ids:
+            raise InputTextError(f"unknown speaker '{speaker}'; this model has: {', '.join(cfg.speakers)}")
+        if instruct and cfg.model_size == "0b6":
+            raise InputTextError("this 0.6B model takes no speaking style; the 1.7B CustomVoice model does")
+        return Voice(speaker.lower(), language, instruct or None)
+    if cfg.model_type == "voice_design":
+        if speaker:
+            raise InputTextError("a VoiceDesign model has no built-in speakers: describe the voice instead")
+        if not instruct:
+            raise InputTextError("a VoiceDesign model needs a voice description (instruct)")
+        return Voice(None, language, instruct)
+    raise InputTextError(
+        f"'{cfg.model_type}' models (voice cloning) are not supported yet; use a CustomVoice or VoiceDesign checkpoint"
+    )
+
+
 @dataclass(frozen=True)
 class TalkerInputs:
     """What the talker is fed for one segment: a prefill, then one text-track row per frame."""
@@ -139,35 +168,6 @@ class PromptBuilder:
     def text_ids(self, text: str) -> list[int]:
         """Token ids of cleaned text, as the official prompt holds them between role and tail."""
         return self._ids(text, specials=False)
-
-    def resolve(self, speaker: str | None, language: str | None, instruct: str | None) -> Voice:
-        """Check speaker, language and style against the checkpoint; names are case-insensitive.
-
-        Raises:
-            InputTextError: an unknown speaker or language (listing the valid ones), or a style the
-                model does not take.
-        """
-        cfg, talker = self.cfg, self.cfg.talker
-        language = (language or "auto").lower()
-        if language not in cfg.languages:
-            raise InputTextError(f"unknown language '{language}'; this model has: {', '.join(cfg.languages)}")
-        if cfg.model_type == "custom_voice":
-            if not speaker:
-                raise InputTextError(f"choose a speaker; this model has: {', '.join(cfg.speakers)}")
-            if speaker.lower() not in talker.speaker_ids:
-                raise InputTextError(f"unknown speaker '{speaker}'; this model has: {', '.join(cfg.speakers)}")
-            if instruct and cfg.model_size == "0b6":
-                raise InputTextError("this 0.6B model takes no speaking style; the 1.7B CustomVoice model does")
-            return Voice(speaker.lower(), language, instruct or None)
-        if cfg.model_type == "voice_design":
-            if speaker:
-                raise InputTextError("a VoiceDesign model has no built-in speakers: describe the voice instead")
-            if not instruct:
-                raise InputTextError("a VoiceDesign model needs a voice description (instruct)")
-            return Voice(None, language, instruct)
-        raise InputTextError(
-            f"'{cfg.model_type}' models (voice cloning) are not supported yet; use a CustomVoice or VoiceDesign checkpoint"
-        )
 
     def _codec_prefix(self, voice: Voice) -> list[int | None]:
         """Codec-track ids of the prefill: think tags (+ language), speaker, pad, bos. None marks the speaker."""

@@ -27,7 +27,7 @@ from engine.tts.codec import load_codec
 from engine.tts.config import TTSConfig, read_json
 from engine.tts.model import Qwen3TTS
 from engine.tts.prefill import attach_graphs
-from engine.tts.prompt import PromptBuilder, Voice, clean_text, load_tokenizer, split_text
+from engine.tts.prompt import PromptBuilder, Voice, clean_text, load_tokenizer, resolve_voice, split_text
 from engine.tts.sampling import Sampler, SamplingOptions, new_seed
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class TTSEngine:
     @property
     def default_speaker(self) -> str | None:
         """The speaker used when a caller names none: the model's first, or None (VoiceDesign)."""
-        return self.speakers[0] if self.speakers else None
+        return self.config.default_speaker
 
     def resolve_voice(self, speaker: str | None, language: str | None = "auto", instruct: str | None = None) -> Voice:
         """Check a voice against the checkpoint without speaking (names are case-insensitive).
@@ -130,7 +130,7 @@ class TTSEngine:
             InputTextError: an unknown speaker or language (listing the valid ones), or a style the
                 model does not take.
         """
-        return self.prompts.resolve(speaker, language, instruct)
+        return resolve_voice(self.config, speaker, language, instruct)
 
     def move_to_cpu(self) -> None:
         """Reload the checkpoint on the CPU (float32) in place, and free the GPU's copy of the model.

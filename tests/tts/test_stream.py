@@ -182,7 +182,7 @@ def test_prompts_reuse_each_voices_rows_and_equal_fresh_ones(tiny_tts, monkeypat
     ids = builder.text_ids("Kept rows, fresh text.")
     order = ["ryan", "vivian", "ryan", "aiden", "eric", "ryan", "vivian"]
     for speaker, whole_text in zip(order, [True, False] * 4):
-        voice = builder.resolve(speaker, "english", None)
+        voice = prompt_module.resolve_voice(tiny_tts.config, speaker, "english", None)
         fresh = prompt_module.PromptBuilder(tiny_tts.config, tiny_tts.prompts.tokenizer, tiny_tts.model.talker)
         got, want = builder.build(ids, voice, whole_text, "cpu"), fresh.build(ids, voice, whole_text, "cpu")
         for name in ("prefill", "track", "pad"):
