@@ -107,12 +107,16 @@ def espeak(text: str, folder: Path):
 
 
 class Microphone:
-    """A null sink 'usermic' whose monitor is the default source: what say() plays, Parley hears."""
+    """A null sink 'usermic' whose monitor is the default source: what say() plays, Parley hears. It hums faintly
+    between lines, as a real microphone does (exact zeros would be reported as a microphone that hears nothing)."""
 
     def __init__(self, env: dict):
+        from tests.conftest import hum
+
         self.env = env
         self._pactl("load-module", "module-null-sink", "sink_name=usermic", f"rate={MIC_RATE_HZ}", "channels=1")
         self._pactl("set-default-source", "usermic.monitor")
+        hum(env, "usermic")
 
     def _pactl(self, *args) -> str:
         return subprocess.run(["pactl", *args], env=self.env, capture_output=True, text=True, check=True).stdout
