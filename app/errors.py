@@ -4,6 +4,7 @@ the page that fixes it), shown by ErrorDialog. The worker makes Problems; the wi
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 
 from PySide6.QtCore import Signal
@@ -21,7 +22,7 @@ class Problem:
 
     headline: one short sentence ("The speech model is missing").
     detail: what happened, usually the engine's own message (it names the file, device or value).
-    advice: one line of what to do next.
+    advice: one line of what to do next in Parley; empty where the detail already says all there is to do.
     action: the window page that fixes it: "models", "settings", or None.
     """
 
@@ -33,6 +34,17 @@ class Problem:
     def __post_init__(self):
         if self.action is not None and self.action not in ACTIONS:
             raise ValueError(f"action must be one of {', '.join(ACTIONS)} or None; got {self.action!r}")
+
+    def html(self, headline: bool = True) -> str:
+        """The problem as Qt rich text, each part shown as written: an engine message may hold '<' (a command's
+        placeholder), '&' or line breaks, which rich text would otherwise swallow or join."""
+        parts = [f"<b>{_html(self.headline)}</b>"] if headline else []
+        parts += [_html(part) for part in (self.detail, self.advice) if part]
+        return "<p>" + "<br>".join(parts) + "</p>"
+
+
+def _html(text: str) -> str:
+    return html.escape(text).replace("\n", "<br>")
 
 
 def _out_of_memory(error: BaseException) -> bool:
@@ -55,21 +67,20 @@ def problem_for(error: BaseException, doing: str) -> Problem:
         return Problem(f"A model is missing or damaged ({doing})", detail,
                        "Choose or download the model on the Models page.", "models")
     if isinstance(error, MicrophoneSilentError):  # a notice: the loop says when sound comes
-        return Problem("The microphone hears nothing", detail,
-                       "Allow microphone access in your system settings or unmute the input, or choose "
-                       "another microphone in Settings.", "settings")
+        # the engine's message already says how to allow access or unmute: the advice adds only Parley's part
+        return Problem("The microphone hears nothing", detail, "To use another microphone, choose it in Settings.",
+                       "settings")
     if isinstance(error, AudioDeviceLostError):  # a notice, not a dialog: Parley opens it again by itself
         if error.kind == "output":
             return Problem("The speakers were disconnected", detail,
                            "Parley carries on by itself once they are back; replies still show here.")
         return Problem("The microphone was disconnected", detail,
                        "Parley listens again by itself once it is back; typing still works.")
-    if isinstance(error, MicrophoneAccessError):  # the fix is in the system's settings, not Parley's
-        return Problem("Access to the microphone is denied", detail,
-                       "Allow microphone access in your system settings, then start Parley again; typing still works.")
+    if isinstance(error, MicrophoneAccessError):  # the fix is in the system's settings, which the engine's message names
+        return Problem("Access to the microphone is denied", detail, "")
     if isinstance(error, AudioDeviceError):
         return Problem(f"A sound device is not working ({doing})", detail,
-                       "Connect the device, or choose another one in Settings; typing still works.", "settings")
+                       "Connect the device, or choose another one in Settings.", "settings")
     if isinstance(error, HistoryError):
         return Problem("The conversation history cannot be saved", detail,
                        "The conversation goes on, and is saved as soon as the file can be written.")
@@ -102,7 +113,7 @@ class ErrorDialog(QMessageBox):
         self.setIcon(QMessageBox.Icon.Warning)
         self.setWindowTitle("Parley")
         self.setText(problem.headline)
-        self.setInformativeText(f"{problem.detail}\n\n{problem.advice}")
+        self.setInformativeText(problem.html(headline=False))
         self.action_button = None
         if problem.action is not None:
             self.action_button = self.addButton(ACTIONS[problem.action], QMessageBox.ButtonRole.AcceptRole)

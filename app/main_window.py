@@ -76,7 +76,7 @@ class NoticeBar(QFrame):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("noticeBar")
-        self.label = QLabel(wordWrap=True)
+        self.label = QLabel(wordWrap=True, textFormat=Qt.TextFormat.RichText)  # Problem.html()
         self.button = QPushButton()
         self.button.clicked.connect(lambda: self.action_chosen.emit(self.problem.action))
         dismiss = QPushButton("Dismiss")
@@ -90,7 +90,7 @@ class NoticeBar(QFrame):
 
     def show_problem(self, problem: Problem) -> None:
         self.problem = problem
-        self.label.setText(f"<b>{problem.headline}</b><br>{problem.detail}<br>{problem.advice}")
+        self.label.setText(problem.html())
         self.button.setVisible(problem.action is not None)
         if problem.action is not None:
             self.button.setText(ACTIONS[problem.action])

@@ -339,7 +339,7 @@ class EngineWorker(QObject):
     def _voice_off(self, error: Exception, doing: str) -> Problem:
         problem = problem_for(error, doing)
         return replace(problem, headline="Voice input is off: " + problem.headline[0].lower() + problem.headline[1:],
-                       advice="You can still type to Parley. " + problem.advice)
+                       advice=" ".join(filter(None, ("You can still type to Parley.", problem.advice))))
 
     def _progress(self, label: str | None = None) -> None:
         """The step under way, by its name or by `label` where it says more."""

@@ -142,7 +142,7 @@ def access_error(device: Device, error: Exception) -> MicrophoneAccessError | No
         return None
     return MicrophoneAccessError(
         f"this user may not record from input device {describe(device)}: the system denies access to it; "
-        f"{_how_to_allow_recording()}; typing to Parley still works"
+        f"{_how_to_allow_recording()}"
     )
 
 

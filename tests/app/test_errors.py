@@ -2,7 +2,7 @@
 
 from PySide6.QtWidgets import QMessageBox
 
-from app.errors import ErrorDialog, problem_for
+from app.errors import ErrorDialog, Problem, problem_for
 from engine.errors import (AudioDeviceError, AudioDeviceLostError, GPUUnavailableError, HistoryError, InputTextError,
                            MicrophoneAccessError, MicrophoneSilentError, ModelFilesError)
 
@@ -13,7 +13,7 @@ def test_each_kind_of_failure_points_to_the_page_that_fixes_it():
     assert missing.action == "models" and missing.detail == "/x: no such model folder"
     assert "speech model" in missing.headline
     assert problem_for(AudioDeviceError("this machine has no input device"), "opening the microphone").action == "settings"
-    assert "typing still works" in problem_for(AudioDeviceError("x"), "y").advice
+    assert "choose another one in Settings" in problem_for(AudioDeviceError("x"), "y").advice
     memory = problem_for(MemoryError(), "loading the speech model")
     assert memory.headline.startswith("Out of memory") and memory.action == "settings"
     assert problem_for(InputTextError("unknown speaker 'rian'"), "answering").action is None
@@ -40,20 +40,53 @@ def test_a_lost_device_is_named_in_plain_words_and_opens_no_page():
     assert speakers.action is None and microphone.action is None
 
 
-def test_a_denied_microphone_says_to_allow_it_in_the_system_settings():
-    """MicrophoneAccessError: 'denied' in the headline, the system's settings in the advice, and no Parley page
-    to open (the fix is not in Parley)."""
-    problem = problem_for(MicrophoneAccessError("this user may not record from input device 'default'"), "x")
+def test_a_denied_microphone_says_to_allow_it_in_the_system_settings_once():
+    """MicrophoneAccessError: 'denied' in the headline, and no Parley page to open (the fix is not in Parley). The
+    engine's message says how to allow access on this system, so the advice does not say it again."""
+    from engine.audio.devices import Device, access_error
+
+    error = access_error(Device(1, "default", 2, 48000.0), OSError("Error opening InputStream: Permission denied"))
+    problem = problem_for(error, "x")
     assert problem.headline == "Access to the microphone is denied" and problem.action is None
-    assert "Allow microphone access in your system settings" in problem.advice and "typing" in problem.advice
+    assert "allow microphone access in your system settings" in problem.detail and problem.advice == ""
 
 
 def test_a_silent_microphone_is_not_called_disconnected_and_leads_to_the_settings():
     """MicrophoneSilentError (only exact zeros: denied without an error, or muted) says the microphone hears
-    nothing, points to the system's settings, and offers Settings to choose another microphone."""
-    problem = problem_for(MicrophoneSilentError("input device 'default' has delivered nothing but digital silence"), "x")
+    nothing; the engine's message says how to allow access or unmute, and the advice adds only choosing another
+    microphone in Settings, so the notice says each thing once."""
+    from engine.audio.devices import Device, silence_error
+
+    problem = problem_for(silence_error(Device(1, "default", 2, 48000.0), 5.0), "x")
     assert problem.headline == "The microphone hears nothing" and problem.action == "settings"
-    assert "system settings" in problem.advice and "unmute" in problem.advice
+    notice = f"{problem.detail}\n{problem.advice}"
+    assert all(notice.count(said) == 1 for said in ("system settings", "muted", "in Settings"))
+
+
+def test_a_problem_shows_its_text_as_written_in_rich_text(qtbot):
+    """A detail holding a command's '<placeholder>', '&' and a line break is shown as written in the notice bar
+    and in the dialog (rich text would drop the placeholder as an unknown tag and join the lines); an empty
+    advice adds no empty line."""
+    from PySide6.QtGui import QTextDocument
+    from PySide6.QtWidgets import QLabel
+
+    from app.main_window import NoticeBar
+
+    detail = "broken/config.json: not valid JSON\nrun: huggingface-cli download <the model's hub id> --local-dir a&b"
+    problem = Problem("A model is damaged", detail, "")
+
+    def shown(rich: str) -> str:
+        document = QTextDocument()
+        document.setHtml(rich)
+        return document.toPlainText()
+
+    bar = NoticeBar()
+    qtbot.addWidget(bar)
+    bar.show_problem(problem)
+    assert shown(bar.label.text()) == f"A model is damaged\n{detail}"
+    dialog = ErrorDialog(problem)
+    qtbot.addWidget(dialog)
+    assert shown(dialog.informativeText()) == detail
 
 
 def test_torch_out_of_memory_is_recognised_without_importing_torch_here():
