@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 from engine.errors import ModelFilesError
@@ -44,7 +45,8 @@ def find_tts_model(name: str | None = None) -> Path:
     path = Path(name).expanduser()
     if path.is_dir():
         return path
-    if name.count("/") == 1 and not path.exists():
+    # owner/name, as the hub spells a repository: not a path such as /models, ./x or ~/x
+    if re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", name) and not path.exists():
         local = models_dir() / name.split("/")[1]
         if local.is_dir():
             return local
@@ -54,7 +56,7 @@ def find_tts_model(name: str | None = None) -> Path:
         raise ModelFilesError(
             f"the speech model {name} is not on this machine (looked in {local} and the Hugging Face cache). "
             f"Download it (about 2 GB) with:\n  huggingface-cli download {name} --local-dir {local}\n"
-            f"or pass --model with the folder of a Qwen3-TTS checkpoint."
+            f"or use the folder of another Qwen3-TTS checkpoint."
         )
     raise ModelFilesError(f"{path}: no such model folder")
 
