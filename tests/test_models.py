@@ -17,11 +17,11 @@ def test_package_folder_finds_an_installed_package_without_importing_it():
     assert package_folder("no_such_package_anywhere") is None
 
 
-@pytest.mark.parametrize("missing", ["missing/deeper", "/nope", "./nope/x", "~/no-such-parley-model"])
+@pytest.mark.parametrize("missing", ["{tmp}/missing/deeper", "/nope", "./nope", "~/no-such-parley-model"])
 def test_a_tts_model_folder_is_used_as_given_and_a_missing_one_is_named(tmp_path, monkeypatch, missing):
     """An existing folder is returned as is; a missing path raises ModelFilesError naming it, also one with a
-    single slash (/nope, ./x): only owner/name is taken for a hub id."""
+    single slash (/nope, ./nope): only owner/name is taken for a hub id."""
     monkeypatch.chdir(tmp_path)
     assert find_tts_model(str(tmp_path)) == tmp_path
     with pytest.raises(ModelFilesError, match="no such model folder"):
-        find_tts_model(missing if missing != "missing/deeper" else str(tmp_path / missing))
+        find_tts_model(missing.format(tmp=tmp_path))
