@@ -136,10 +136,18 @@ class HistoryView(QWidget):
                 return
 
     def _apply_filter(self, text: str) -> None:
-        words = text.casefold().split()
+        """Show the conversations whose title or turns hold every word of `text` (HistoryStore.search)."""
+        if not self.list.count():  # nothing to show, or the history could not be read (refresh said so)
+            self._show_selected()
+            return
+        try:
+            shown = self.store.search(text)
+        except HistoryError as e:
+            self._show_error(e, "searching the history")
+            return
         for row in range(self.list.count()):
             item = self.list.item(row)
-            item.setHidden(not all(w in item.text().casefold() for w in words))
+            item.setHidden(item.data(_ID_ROLE) not in shown)
         self._show_selected()
 
     def _show_selected(self) -> None:

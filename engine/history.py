@@ -180,6 +180,8 @@ class HistoryStore:
             raise HistoryError(f"{self.path}: cannot open the history database ({e}); check the folder exists and is writable") from e
         try:
             db.execute("PRAGMA foreign_keys = ON")
+            # SQLite's own case-insensitive matching (LIKE) knows ASCII letters only; search() needs all of Unicode's
+            db.create_function("casefold", 1, lambda s: None if s is None else s.casefold(), deterministic=True)
             mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if mode.lower() != "wal":
                 raise HistoryError(f"{self.path}: SQLite refused WAL mode (got {mode!r}); is the file on a network drive?")
@@ -335,6 +337,16 @@ class HistoryStore:
             " LEFT JOIN turns t ON t.conversation_id = c.id GROUP BY c.id ORDER BY c.updated_at DESC, c.id DESC"
         )
         return [ConversationSummary(*row) for row in rows]
+
+    def search(self, query: str) -> set[int]:
+        """Ids of the conversations holding every word of `query` in their title or their saved turns' text, in
+        any case; every conversation for a query of no words."""
+        words = query.casefold().split()
+        holds = ("(instr(casefold(c.title), ?) OR EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id"
+                 " AND instr(casefold(t.text), ?)))")
+        where = " WHERE " + " AND ".join([holds] * len(words)) if words else ""
+        rows = self._read(f"SELECT c.id FROM conversations c{where}", tuple(w for w in words for _ in range(2)))
+        return {row[0] for row in rows}
 
     def open_conversation(self, conversation_id: int) -> Conversation:
         """A conversation with its turns, pending ones included (they are part of it, just unsaved).

@@ -96,6 +96,22 @@ def test_list_is_most_recent_first(store):
     assert b
 
 
+def test_search_finds_every_word_in_the_title_or_any_turn_in_any_case(store):
+    """search(query): the conversations holding every word of the query somewhere (title or any turn's text), matched
+    by Unicode case folding (STRASSE finds Straße, ÉTÉ finds été); no words: every conversation."""
+    street = store.new_conversation("Directions")
+    store.add_turn(street, Turn("user", "Where is the Hauptstraße?"))
+    store.add_turn(street, Turn("assistant", "Two blocks north, past the café."))
+    summer = store.new_conversation("Holidays")
+    store.add_turn(summer, Turn("user", "Plans for l'été?"))
+    assert store.search("HAUPTSTRASSE") == {street}
+    assert store.search("directions CAFÉ") == {street}  # the title's word and the reply's
+    assert store.search("été") == {summer} and store.search("ÉTÉ plans") == {summer}
+    assert store.search("café été") == set()  # each word is in a different conversation
+    assert store.search("  ") == store.search("") == {street, summer}
+    assert store.search("100%") == set() and store.search("_") == set()  # no wildcards: matched as written
+
+
 def test_export_text_reads_as_a_transcript(store):
     """The text export has the title, then You/Parley lines, marking the interrupted reply."""
     text = store.export_text(_conversation(store))

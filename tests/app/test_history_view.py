@@ -58,9 +58,14 @@ def test_open_and_double_click_emit_reopen_with_the_conversation_id(view, qtbot,
     assert activated.args == [france]
 
 
-def test_filter_hides_conversations_whose_titles_do_not_match(view):
-    """Typing in the search box keeps only matching rows; an empty search shows them all again."""
+def test_filter_keeps_the_conversations_that_hold_the_words_in_any_turn(view):
+    """Typing in the search box keeps only the conversations holding every word, in the title or in any turn
+    (a reply, a later question), in any case; an empty search shows them all again."""
     view.filter.setText("fox")
+    assert len(_rows(view)) == 1 and "fox" in _rows(view)[0]
+    view.filter.setText("PARIS")  # only in the France conversation's reply
+    assert len(_rows(view)) == 1 and "France" in _rows(view)[0]
+    view.filter.setText("story shorter")  # the title's word and a later turn's
     assert len(_rows(view)) == 1 and "fox" in _rows(view)[0]
     view.filter.setText("no such words")
     assert _rows(view) == [] and not view.open_button.isEnabled() and view.preview.toPlainText() == ""
