@@ -470,10 +470,10 @@ class TransformerLayer(nn.Module):
         self.mlp_layer_scale = LayerScale(config.hidden_size, config.layer_scale_initial_scale)
 
     def forward(self, x, branch, cos, sin, mask, state: StreamState | None = None):
-        """The stream x plus the previous layer's MLP branch (its output and LayerScale; None in the first layer) ->
-        (the stream after this layer's attention, this layer's MLP branch): x + scale * attention(norm(x)), then
-        + scale * mlp(norm(x)), each add left to the norm after it (RMSNorm.add: one launch in the kernel)."""
-        x, h = self.input_layernorm.add(x, *branch) if branch is not None else (x, self.input_layernorm(x))
+        """The stream x plus the previous layer's MLP branch (its output and LayerScale; (None, None) in the first
+        layer) -> (the stream after this layer's attention, this layer's MLP branch): x + scale * attention(norm(x)),
+        then + scale * mlp(norm(x)), each add left to the norm after it (RMSNorm.add: one launch in the kernel)."""
+        x, h = self.input_layernorm.add(x, *branch)
         attention = self.self_attn(h, cos, sin, mask, state)
         x, h = self.post_attention_layernorm.add(x, attention, self.self_attn_layer_scale.scale)
         return x, (self.mlp(h), self.mlp_layer_scale.scale)
@@ -503,7 +503,7 @@ class Transformer(nn.Module):
         # its frame 0 hold zeros, not frames, and are masked out
         mask = (keys[None, :] <= queries[:, None]) & (keys[None, :] > queries[:, None] - self.window) & (keys >= 0)
         cos, sin = self._rope(queries, x.dtype)
-        h, branch = self.input_proj(x), None
+        h, branch = self.input_proj(x), (None, None)
         for layer in self.layers:
             h, branch = layer(h, branch, cos, sin, mask, state)
         if state is not None:

@@ -36,9 +36,12 @@ class RMSNorm(nn.Module):
         # F.rms_norm computes in float32 and rounds once, one kernel on CUDA where the formula takes seven
         return self.weight * F.rms_norm(x, self.weight.shape, eps=self.eps)
 
-    def add(self, x: torch.Tensor, delta: torch.Tensor, scale: torch.Tensor | None = None):
+    def add(self, x: torch.Tensor, delta: torch.Tensor | None, scale: torch.Tensor | None = None):
         """(x + delta, this norm of it), delta first times `scale` (per channel) where given: a residual branch
-        joining the stream, and the norm that reads the stream next. The kernel does both in one launch."""
+        joining the stream, and the norm that reads the stream next. The kernel does both in one launch. No delta
+        (the first layer's, which no branch precedes): (x, this norm of x)."""
+        if delta is None:
+            return x, self(x)
         if self.add_kernel is not None and x.dtype == torch.bfloat16:
             return self.add_kernel(x.contiguous(), delta.contiguous(), scale, self.weight, self.eps)
         x = x + (delta if scale is None else scale * delta)
@@ -131,7 +134,7 @@ class DecoderLayer(nn.Module):
         """The residual stream x plus the previous layer's MLP output delta (None in the first layer) -> (the stream
         after this layer's attention, this layer's MLP output). The sums are x + attention(norm(x)), then
         + mlp(norm(x)), each add left to the norm that reads its sum (RMSNorm.add: one launch for both in the kernel)."""
-        x, h = self.input_layernorm.add(x, delta) if delta is not None else (x, self.input_layernorm(x))
+        x, h = self.input_layernorm.add(x, delta)
         x, h = self.post_attention_layernorm.add(x, self.self_attn(h, cos, sin, cache, layer))
         return x, self.mlp(h)
 
