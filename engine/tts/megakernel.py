@@ -90,8 +90,8 @@ def needs_build() -> bool:
 
 
 def _missing_sources() -> list[str]:
-    """The extension's sources not found beside engine/ (an install that copied engine/ without csrc/: only a source
-    checkout's install has both)."""
+    """The extension's sources not found where CSRC points (a copy of engine/ without csrc/: a checkout and a wheel
+    built from one both have them)."""
     return [source for source in SOURCES if not (CSRC / source).is_file()]
 
 
@@ -104,7 +104,7 @@ def build():
     missing = _missing_sources()
     if missing:
         raise MegakernelUnavailable(f"the megakernel's sources are not installed ({CSRC} lacks {', '.join(missing)}); "
-                                    f"install Parley from its source folder with pip install -e .")
+                                    f"install Parley again from its source folder")
     from torch.utils.cpp_extension import load
 
     _put_ninja_on_path()
