@@ -22,10 +22,11 @@ __device__ __forceinline__ uint32_t draw_key(uint32_t seed, int frame, int group
   return mix32(mix32(mix32(seed) ^ static_cast<uint32_t>(frame)) ^ static_cast<uint32_t>(group));
 }
 
-// Gumbel(0, 1) noise of token i, bit for bit sampling.py gumbel_noise (u is exact; logf as torch's log).
+// Gumbel(0, 1) noise of token i, bit for bit sampling.py gumbel_noise (u is exact and below 1, so the noise is
+// finite; logf as torch's log).
 __device__ __forceinline__ float gumbel(uint32_t key, int i) {
   const uint32_t bits = mix32(mix32(static_cast<uint32_t>(i)) ^ key);
-  const float u = (static_cast<float>(bits >> 8) + 0.5f) * (1.0f / 16777216.0f);
+  const float u = (static_cast<float>(bits >> 9) + 0.5f) * (1.0f / 8388608.0f);
   return -logf(-logf(u));
 }
 
@@ -169,7 +170,11 @@ __device__ int64_t head_and_pick(const __nv_bfloat16* W, int vocab, int K, PickP
               [&](int r, int, float d) { p.logits[r] = d; });
   barrier(grid, tag);
   if (blockIdx.x == 0) {
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) smem[i] = __ldcg(p.logits + i);
+    // a NaN logit (a broken model) is -inf, never the largest value (sampling.py _no_nan)
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float x = __ldcg(p.logits + i);
+      smem[i] = isnan(x) ? -INFINITY : x;
+    }
     __syncthreads();
     adjust(smem);
     const int code = pick(smem, vocab, pp, key, s);

@@ -5,6 +5,9 @@ repetition penalty -> minimum frames (EOS masked) -> suppress mask -> temperatur
 Sampling draws by the Gumbel-max trick from a counter-based hash (seed, frame, codebook, token), so a
 draw depends on nothing but those four numbers: the same seed gives the same speech on any device
 and in any chunking, and the CUDA kernel reproduces the PyTorch engine bit for bit.
+
+A masked token (suppressed, EOS held back, cut by top-k or top-p) scores -inf and can never be picked:
+the noise is always finite, and a NaN logit (a broken model) counts as -inf, never as the largest value.
 """
 
 from __future__ import annotations
@@ -72,8 +75,8 @@ class SamplingOptions:
         return cls(**values)
 
 
-def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash (Wellons' lowbias32) on int64 tensors holding values in [0, 2**32)."""
+def _mix32(x):
+    """A 32-bit integer hash (Wellons' lowbias32) on an int, or an int64 tensor, holding values in [0, 2**32)."""
     x = x ^ (x >> 16)
     x = (x * 0x7FEB352D) & _M32
     x = x ^ (x >> 15)
@@ -81,27 +84,45 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def gumbel_noise(seed: int, frame: int, group: int, n: int, device) -> torch.Tensor:
-    """Gumbel(0, 1) noise for the n tokens of one draw, a pure function of (seed, frame, group, token).
+def _uniform(bits: torch.Tensor) -> torch.Tensor:
+    """32 random bits (int64 holding [0, 2**32)) -> float32 strictly inside (0, 1): (top 23 bits + 0.5) / 2**23.
 
-    Returns float32 (n,). uniform = (top 24 bits + 0.5) / 2**24, strictly inside (0, 1).
+    23 bits, not 24: k + 0.5 is exact in float32 only below 2**23, and the top 24-bit value rounded up
+    to exactly 1.0, whose Gumbel noise is +inf (and -inf + inf is NaN, which argmax picks).
     """
-    key = torch.tensor(seed & _M32, dtype=torch.int64, device=device)
-    key = _mix32(_mix32(_mix32(key) ^ (frame & _M32)) ^ (group & _M32))
-    bits = _mix32(_mix32(torch.arange(n, dtype=torch.int64, device=device)) ^ key)
-    u = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
-    return -torch.log(-torch.log(u))
+    return ((bits >> 9).to(torch.float32) + 0.5) * (1.0 / (1 << 23))
+
+
+def gumbel_noise(seed: int, frame: int, group: int, tokens: torch.Tensor) -> torch.Tensor:
+    """Gumbel(0, 1) noise of some tokens (int64 indices) of one draw, a pure function of (seed, frame, group, token).
+
+    Returns float32, finite, shaped as `tokens`.
+    """
+    key = _mix32(_mix32(_mix32(seed & _M32) ^ (frame & _M32)) ^ (group & _M32))  # Python ints: no launches
+    bits = _mix32(_mix32(tokens) ^ key)
+    return -torch.log(-torch.log(_uniform(bits)))
 
 
 def new_seed() -> int:
     return int.from_bytes(os.urandom(4), "little")
 
 
-def _scores(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, noise) -> torch.Tensor:
-    """The vector whose argmax is the pick: the logits themselves (greedy), or a Gumbel-max draw's
-    scores, softmax(logits / T) cut to top-k / top-p like HF's warpers, plus noise."""
+def _no_nan(logits: torch.Tensor) -> torch.Tensor:
+    """float32 logits with NaN as -inf: argmax takes NaN for the largest value, so a NaN would win any draw."""
+    logits = logits.float()
+    return logits.masked_fill(logits.isnan(), float("-inf"))
+
+
+def _draw(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, seed: int, frame: int,
+          group: int) -> torch.Tensor:
+    """The pick (0-d int64) from logits whose masked tokens are -inf: their argmax (greedy), or a Gumbel-max draw
+    from softmax(logits / T) cut to top-k / top-p like HF's warpers, the argmax of logits / T + noise.
+
+    A -inf token is never drawn while another is not. Noise is made only for the tokens the cuts leave (the values
+    it has in the whole vocabulary), and they are taken in index order, so ties go to the lowest index as argmax's.
+    """
     if temperature == 0:
-        return logits
+        return torch.argmax(logits)
     logits = logits / temperature
     if top_k < logits.numel():
         kth = torch.topk(logits, top_k).values[-1]
@@ -113,7 +134,10 @@ def _scores(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, 
         drop = cumulative <= 1 - top_p
         drop[-1] = False
         logits = logits.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
-    return logits + noise()
+    tokens = (logits > float("-inf")).nonzero()[:, 0]
+    if tokens.numel() == 0:  # all masked (a broken model's NaN logits): the first token, as argmax over -inf picks
+        return torch.argmax(logits)
+    return tokens[torch.argmax(logits[tokens] + gumbel_noise(seed, frame, group, tokens))]
 
 
 class Sampler:
@@ -126,10 +150,10 @@ class Sampler:
         self.suppress = suppress
         self.seen = torch.zeros(vocab_size, dtype=torch.bool, device=suppress.device)  # codebook-0 history
 
-    def talker_scores(self, logits: torch.Tensor, frame: int) -> torch.Tensor:
-        """Codebook 0's scores (vocab,) for frame `frame` from the talker's logits: their argmax is the pick."""
+    def talker_logits(self, logits: torch.Tensor, frame: int) -> torch.Tensor:
+        """Codebook 0's logits (vocab,) for frame `frame` after the penalty and the masks (-inf where masked)."""
         o = self.options
-        logits = logits.float()
+        logits = _no_nan(logits)
         if o.repetition_penalty != 1.0:
             # HF RepetitionPenaltyLogitsProcessor over the codes generated so far
             penalized = torch.where(logits < 0, logits * o.repetition_penalty, logits / o.repetition_penalty)
@@ -138,23 +162,17 @@ class Sampler:
         if frame < self.min_frames:
             mask = mask.clone()
             mask[self.eos_id] = True
-        logits = logits.masked_fill(mask, float("-inf"))
-        return _scores(logits, o.temperature, o.top_k, o.top_p,
-                       lambda: gumbel_noise(self.seed, frame, 0, logits.numel(), logits.device))
+        return logits.masked_fill(mask, float("-inf"))
 
     def talker(self, logits: torch.Tensor, frame: int) -> torch.Tensor:
         """Codebook-0 code (0-d int64, on the logits' device) for frame `frame` from the talker's logits (vocab,)."""
-        code = torch.argmax(self.talker_scores(logits, frame))
+        o = self.options
+        code = _draw(self.talker_logits(logits, frame), o.temperature, o.top_k, o.top_p, self.seed, frame, 0)
         self.seen[code] = True
         return code
 
-    def predictor_scores(self, logits: torch.Tensor, frame: int, group: int) -> torch.Tensor:
-        """Scores (vocab,) of codebook `group` (1..15) for frame `frame` from a predictor head's logits."""
-        o = self.options
-        logits = logits.float()
-        return _scores(logits, o.predictor_temperature, o.predictor_top_k, o.predictor_top_p,
-                       lambda: gumbel_noise(self.seed, frame, group, logits.numel(), logits.device))
-
     def predictor(self, logits: torch.Tensor, frame: int, group: int) -> torch.Tensor:
         """Code (0-d int64) of codebook `group` (1..15) for frame `frame` from a predictor head's logits."""
-        return torch.argmax(self.predictor_scores(logits, frame, group))
+        o = self.options
+        return _draw(_no_nan(logits), o.predictor_temperature, o.predictor_top_k, o.predictor_top_p, self.seed, frame,
+                     group)

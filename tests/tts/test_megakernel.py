@@ -300,13 +300,13 @@ class _Forced(Sampler):
 
     def _force(self, logits, frame, group, temperature, top_k):
         forced = int(self.codes[frame, group])
-        v = self.plain.talker_scores(logits, frame) if group == 0 else logits.float()
+        v = self.plain.talker_logits(logits, frame) if group == 0 else logits.float()
         self.draws += 1
         if temperature == 0:
             score = v
         else:
             v = v / temperature
-            noise = gumbel_noise(self.seed, frame, group, v.numel(), v.device)
+            noise = gumbel_noise(self.seed, frame, group, torch.arange(v.numel(), device=v.device))
             kth = torch.topk(v, top_k).values[-1]
             score = torch.where(v < kth, float("-inf"), v + noise)
         own = int(torch.argmax(score))
@@ -420,3 +420,22 @@ def test_kernel_frames_stop_at_eos_like_the_reference(tiny_checkpoint):
         got, _, state = _kernel_codes(fast, ref, inputs, options, seed, 40, 3, per_launch=40)
     assert got.shape == expected.shape and (got == expected).all(), f"seed {seed}: {_first_difference(got, expected)}"
     assert state.frame == len(expected)
+
+
+def test_kernel_draws_never_pick_a_suppressed_or_a_nan_code(tiny_checkpoint):
+    """Where the noise or the logits are extreme, the on-device draws keep the Sampler's rule: seed 496234175 runs past
+    frame 67 (whose draw picked suppressed id 2897 when the noise could be +inf), and codec-head rows of NaN weights
+    (NaN logits: a broken model) are never picked, by the kernel or the reference; EOS is held back throughout."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    fast, ref = load_tts(tiny_checkpoint, device="cuda", megakernel=True), _reference(tiny_checkpoint)
+    nan_rows = [5, 100, 1500]
+    for tts in (fast, ref):
+        with torch.no_grad():
+            tts.model.talker.codec_head.weight[nan_rows] = float("nan")
+    inputs, seed = _random_inputs(ref, 0), 496234175
+    with torch.inference_mode():
+        got, _, _ = _kernel_codes(fast, ref, inputs, SamplingOptions(), seed, 100, 10**9, per_launch=7)
+        expected, _ = _reference_codes(ref, inputs, SamplingOptions(), seed, 100, 10**9)
+    for codes in (got, expected):
+        assert codes.shape == (100, 16)
+        assert (codes[:, 0] < 2048).all() and not np.isin(codes[:, 0], nan_rows).any(), codes[:, 0]
