@@ -50,7 +50,7 @@ def _load_tts(folder: Path, device: str, dtype: str | None = None):
 
 def _say(args) -> int:
     from engine.models import find_tts_model
-    from engine.tts.prompt import clean_text
+    from engine.text import clean_text
 
     out = Path(args.out) if args.out else None
     # checked before stdin is read or a model loaded: the temporary file goes beside the target

@@ -23,6 +23,7 @@ from engine.errors import HistoryError, InputTextError, ParleyError
 from engine.history import HistoryStore, Turn
 from engine.llm.clauses import ClauseOptions, ClauseSplitter, speakable_text
 from engine.metrics import MetricsRecorder, TurnMetrics
+from engine.text import clean_text
 
 if TYPE_CHECKING:
     from engine.stt.whisper import Transcript
@@ -308,8 +309,7 @@ class Dialogue:
             ParleyError: the TTS or the audio device failed.
             RuntimeError: another turn is running (one at a time).
         """
-        if not speakable_text(text, self.options.clauses).strip():
-            raise InputTextError(f"there is nothing to say in {text[:40]!r}; type some words")
+        clean_text(speakable_text(text, self.options.clauses))  # the engine's one rule: refused as `parley say` refuses
         with self._turn_state() as state:
             return self._turn(state, text, hooks or TurnHooks(), llm=False)
 

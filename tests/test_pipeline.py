@@ -136,6 +136,16 @@ def test_an_empty_message_saves_nothing_and_a_bad_speaker_is_refused(dialogue, c
         Dialogue(chat, short_tts, player, dialogue.history, options=DialogueOptions(speaker="rian"))
 
 
+def test_speaking_emoji_alone_is_refused_by_the_engines_one_rule(dialogue):
+    """Speak-as-written (the app's Ctrl+Enter) refuses text with no letter or digit with the message `parley say`
+    gives (tests/tts/test_cli.py), and saves nothing; a word among emoji is spoken."""
+    for text in ("😀🎉👍", "**!!!**", "…"):
+        with pytest.raises(InputTextError, match="^nothing to speak: the text has no letters or digits$"):
+            dialogue.say(text)
+    assert dialogue.conversation_id is None
+    assert dialogue.say("Great 🎉").heard_text == "Great"
+
+
 def test_stop_before_a_voice_turns_reply_starts_saves_the_user_turn_and_speaks_nothing(dialogue, player, speak):
     """stop() once the transcript is in but before the LLM runs: nothing is spoken, the turn is interrupted,
     the user's words are saved and no empty reply is."""

@@ -309,7 +309,7 @@ def test_speak_only_text_is_spoken_and_saved_without_the_llm_writing(parts):
     assert dialogue.chat.history == [{"role": "assistant", "content": "First part, second part."}]
     (turn,) = saved_turns(dialogue)
     assert (turn.role, turn.text, turn.interrupted) == ("assistant", "First part, second part.", False)
-    assert "nothing to say" in failed.message
+    assert "nothing to speak" in failed.message
 
 
 def test_partials_show_the_words_while_the_user_is_still_speaking(parts, user_mic, speak):

@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from engine.text import has_words, is_cjk, is_emoji
+
 __all__ = ["ClauseOptions", "ClauseSplitter", "iter_clauses", "speakable_text", "split_clauses"]
 
 
@@ -61,32 +63,11 @@ _SPACE_BEFORE_PUNCT = re.compile(r" (?=[.,;:!?…。，！？、；：])")
 _LINE_DECORATION = re.compile(r"[\s\-*_=#>+`]*")  # a line of only these is a rule or a bare marker
 
 
-def _is_emoji(ch: str) -> bool:
-    cp = ord(ch)
-    return (
-        0x1F000 <= cp <= 0x1FAFF  # pictographs, emoticons, flags, skin tones
-        or 0x2600 <= cp <= 0x27BF  # misc symbols and dingbats
-        or 0x2B00 <= cp <= 0x2BFF  # stars, arrows
-        or 0xE0020 <= cp <= 0xE007F  # tag characters (subdivision flags)
-        or cp in (0xFE0F, 0x200D, 0x20E3)  # variation selector, zero-width joiner, keycap
-    )
-
-
-def _is_cjk(ch: str) -> bool:
-    # Hangul is left out on purpose: Korean puts spaces between words.
-    cp = ord(ch)
-    return 0x3040 <= cp <= 0x30FF or 0x3400 <= cp <= 0x4DBF or 0x4E00 <= cp <= 0x9FFF or 0xF900 <= cp <= 0xFAFF
-
-
-def _has_word(text: str) -> bool:
-    return any(ch.isalnum() for ch in text)
-
-
 def _word_count(text: str) -> int:
     n = 0
     for token in text.split():
-        cjk = sum(1 for ch in token if _is_cjk(ch))
-        n += cjk + (1 if any(ch.isalnum() and not _is_cjk(ch) for ch in token) else 0)
+        cjk = sum(1 for ch in token if is_cjk(ch))
+        n += cjk + (1 if any(ch.isalnum() and not is_cjk(ch) for ch in token) else 0)
     return n
 
 
@@ -193,7 +174,7 @@ class _Normalizer:
     @staticmethod
     def _inline(text: str) -> str:
         return "".join(
-            " " if ch == "\t" else ch for ch in text if ch not in "*`" and not _is_emoji(ch)
+            " " if ch == "\t" else ch for ch in text if ch not in "*`" and not is_emoji(ch)
         )
 
 
@@ -246,7 +227,7 @@ class ClauseSplitter:
         out: list[str] = []
         for ch in self._normalizer.flush():
             self._char(ch, out)
-        if _has_word(self._cur):
+        if has_words(self._cur):
             self._emit(out)
         self._reset()
         return out
@@ -258,7 +239,7 @@ class ClauseSplitter:
         self._emitted += 1
 
     def _eligible(self, cand: _Candidate) -> bool:
-        if not _has_word(self._cur):
+        if not has_words(self._cur):
             return False
         if cand.sentence:
             if cand.run == ".":
@@ -289,13 +270,13 @@ class ClauseSplitter:
             if ends and self._eligible(cand):
                 self._emit(out)  # then ch starts the next clause (a space there is dropped)
         if ch == "\n":
-            if _has_word(self._cur):
+            if has_words(self._cur):
                 self._emit(out)
             elif self._cur:
                 self._cur += " "
             return
         if ch.isspace():
-            if _has_word(self._cur) and _word_count(self._cur) >= self.options.max_words:
+            if has_words(self._cur) and _word_count(self._cur) >= self.options.max_words:
                 self._emit(out)
             elif self._cur:
                 self._cur += " "

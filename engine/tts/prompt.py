@@ -8,7 +8,6 @@ vector (a codec special id's embedding, later the previous frame's 16 summed cod
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,29 +23,8 @@ _CLAUSE_END = re.compile(r"(?<=[,;:，；：、])\s*")
 _VOICES_KEPT = 8  # PromptBuilder._voice_rows
 
 
-def clean_text(text: str) -> str:
-    """Text fit to speak: lone surrogates dropped, control characters and whitespace runs made one space.
-
-    Raises:
-        InputTextError: nothing speakable is left.
-    """
-    if not isinstance(text, str):
-        raise InputTextError(f"text must be a string, got {type(text).__name__}")
-    kept = []
-    for ch in text:
-        cat = unicodedata.category(ch)
-        if cat == "Cs":  # a lone surrogate cannot be encoded as UTF-8, so no tokenizer can take it
-            continue
-        kept.append(" " if cat == "Cc" or cat in ("Zl", "Zp") else ch)
-    cleaned = re.sub(r"[ \t\u00a0\u3000]+", " ", "".join(kept))
-    cleaned = "\n".join(line.strip() for line in cleaned.split("\n") if line.strip())
-    if not any(unicodedata.category(ch)[0] in "LNSP" for ch in cleaned):
-        raise InputTextError("nothing to speak: the text is empty or holds only spaces and control characters")
-    return cleaned
-
-
 def split_text(text: str, max_chars: int) -> list[str]:
-    """Split cleaned text into segments of at most max_chars, at sentence ends where possible.
+    """Split cleaned text (engine.text.clean_text) into segments of at most max_chars, at sentence ends where possible.
 
     Sentences are packed together up to max_chars; a longer sentence is cut at clause marks, then
     at spaces, and only then mid-word, so no segment exceeds max_chars.

@@ -27,7 +27,8 @@ from engine.tts.codec import load_codec
 from engine.tts.config import TTSConfig, read_json
 from engine.tts.model import Qwen3TTS
 from engine.tts.prefill import attach_graphs
-from engine.tts.prompt import PromptBuilder, Voice, clean_text, load_tokenizer, resolve_voice, split_text
+from engine.text import clean_text
+from engine.tts.prompt import PromptBuilder, Voice, load_tokenizer, resolve_voice, split_text
 from engine.tts.sampling import Sampler, SamplingOptions, new_seed
 
 log = logging.getLogger(__name__)

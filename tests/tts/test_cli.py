@@ -144,6 +144,14 @@ def test_nothing_to_speak_is_refused_before_loading(tmp_path, short_checkpoint):
     assert "loaded" not in err and "Traceback" not in err and list(cwd.iterdir()) == []
 
 
+def test_emoji_alone_are_refused_before_loading_as_the_app_refuses_them(tmp_path, short_checkpoint):
+    """`parley say` with only emoji exits 2 with the engine's one rule (the app's speak-as-written gives the same
+    message, tests/test_pipeline.py), before any model is loaded."""
+    code, err, cwd = parley(tmp_path, "😀🎉👍", "--out", "speech.wav", "--model", short_checkpoint)
+    assert code == 2 and "parley: nothing to speak: the text has no letters or digits" in err
+    assert "loaded" not in err and "Traceback" not in err and list(cwd.iterdir()) == []
+
+
 @pytest.mark.parametrize("option, value, message", [
     ("--device", "gpu", "argument --device: 'gpu' is not a device; choose cpu, cuda or cuda:N"),
     ("--dtype", "int8", "argument --dtype: invalid choice: 'int8'"),

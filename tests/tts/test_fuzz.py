@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from engine.errors import InputTextError
 from engine.tts import load_tts
-from engine.tts.prompt import clean_text, split_text
+from engine.text import clean_text
+from engine.tts.prompt import split_text
 from engine.tts.stream import SEGMENT_CHARS
 from tests.conftest import copy_checkpoint
 
