@@ -181,8 +181,9 @@ class TTSEngine:
             for index, segment in enumerate(segments):
                 while True:  # once more on the CPU if the GPU runs out of memory
                     try:
-                        frames = self._frames(segment, voice, seed ^ (index * 0x9E3779B9 & 0xFFFFFFFF), sampling,
-                                              whole_text, cancelled, chunk_frames)
+                        frames = self._checked(
+                            self._frames(segment, voice, seed ^ (index * 0x9E3779B9 & 0xFFFFFFFF), sampling,
+                                         whole_text, cancelled, chunk_frames), seed, index)
                         pending = []
                         for codes in frames:
                             pending.append(codes)
@@ -237,6 +238,24 @@ class TTSEngine:
             if cancelled.is_set():
                 return
             self.model.advance(state, codes, inputs.text_input(state.frame))
+
+    def _checked(self, frames: Iterator[torch.Tensor], seed: int, segment: int) -> Iterator[torch.Tensor]:
+        """`frames`, ended before the first frame with a code the codec has no entry for.
+
+        The sampler never picks one, but the codec's table lookup would fail on it and lose the whole utterance:
+        the segment ends there instead (what came before it is heard), and the warning holds what reproduces it.
+        """
+        codebook = self.codec.config.codebook_size
+        try:
+            for frame, codes in enumerate(frames):
+                if bool(((codes < 0) | (codes >= codebook)).any()):
+                    log.warning("the speech model picked codes %s in frame %d of segment %d (seed %d), outside the "
+                                "codec's 0..%d; that part of the text ends there", codes.tolist(), frame, segment,
+                                seed, codebook - 1)
+                    return
+                yield codes
+        finally:
+            frames.close()
 
     def _chunk(self, codec, frames: list[torch.Tensor], segment: int) -> Chunk:
         codes = torch.stack(frames)

@@ -8,6 +8,7 @@ import torch
 
 from engine.errors import InputTextError
 from engine.tts import SamplingOptions, load_tts
+from engine.tts import stream as stream_module
 from engine.tts.stream import FRAMES_PER_CHAR, MIN_FRAMES_CAP
 
 
@@ -95,6 +96,26 @@ def test_eos_ends_the_stream_after_the_two_frame_minimum(tiny_checkpoint):
     chunks = list(tts.stream("Stop soon.", "ryan", seed=0))
     assert sum(c.codes.shape[0] for c in chunks) == 2
     assert all((c.codes[:, 0] != tts.config.talker.codec_eos_id).all() for c in chunks)
+
+
+def test_a_code_outside_the_codec_ends_its_segment_and_the_rest_is_spoken(short_tts, monkeypatch, caplog):
+    """A frame holding a code the codec has no entry for never reaches it: its segment ends before that frame,
+    the next segment is spoken, and a warning names the stream's seed (a fault injected into the sampler)."""
+
+    class Faulty(stream_module.Sampler):
+        def talker(self, logits, frame):
+            code = super().talker(logits, frame)
+            faulty = frame == 3 and self.seed == seed  # segment 0's sampler has the stream's seed
+            return torch.full_like(code, 2897) if faulty else code  # a talker id, but no codec entry
+
+    monkeypatch.setattr(stream_module, "Sampler", Faulty)
+    seed, sentence = 7, "This sentence is one of very many in a long text. "
+    with caplog.at_level("WARNING", logger="engine.tts.stream"):
+        chunks = list(short_tts.stream(sentence * 10, "ryan", seed=seed, chunk_frames=1))
+    frames = [c.segment for c in chunks]
+    assert frames.count(0) == 3 and frames.count(1) == 6  # segment 0 ends before its fourth frame
+    assert all((c.codes >= 0).all() and (c.codes < 2048).all() for c in chunks)
+    assert "seed 7" in caplog.text and "frame 3 of segment 0" in caplog.text
 
 
 @pytest.mark.parametrize("text", ["", "   ", "\n\t\r", "\x00\x01\x02\x7f", "\ud800\udfff"[:1] * 3])
