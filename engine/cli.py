@@ -50,7 +50,7 @@ def _load_tts(folder: Path, device: str, dtype: str | None = None):
 
 def _say(args) -> int:
     from engine.models import find_tts_model
-    from engine.text import clean_text
+    from engine.text import clean_text, speech_seconds
 
     out = Path(args.out) if args.out else None
     # checked before stdin is read or a model loaded: the temporary file goes beside the target
@@ -58,58 +58,120 @@ def _say(args) -> int:
         problem = "it is a folder" if out.is_dir() else f"the folder {out.parent} does not exist"
         raise ParleyError(f"cannot write {out}: {problem}; choose another --out")
     text = sys.stdin.read() if args.text in (None, "-") else args.text
-    clean_text(text)  # nothing to speak is said before a model loads (on a first GPU use, a minute's compile)
+    cleaned = clean_text(text)  # nothing to speak is said before a model loads (a first GPU use compiles a minute)
     folder = find_tts_model(args.model)
     speaker = _speaker(folder, args.speaker, args.language, args.instruct)
     t0 = time.perf_counter()
     tts = _load_tts(folder, args.device, args.dtype)
     print(f"loaded {tts.folder} on {tts.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     stream = tts.stream(text, speaker, args.language, instruct=args.instruct, seed=args.seed)
-    samples, ttfc, elapsed, where = _write_wav(stream, tts, out) if out else _play(stream, args.output_device)
-    seconds = samples / tts.sample_rate_hz
+    progress = _Progress(stream, tts.sample_rate_hz)
+    if stream.segments > 1:
+        keeps = f" and keeps what is written in {out}" if out else ""
+        print(f"parley: {len(cleaned):,} characters in {stream.segments} parts, about "
+              f"{_duration(speech_seconds(cleaned))} of speech; Ctrl-C stops{keeps}", file=sys.stderr, flush=True)
+    try:
+        elapsed, where = _write_wav(stream, tts, out, progress) if out else _play(stream, args.output_device, progress)
+    except KeyboardInterrupt:
+        progress.end()
+        kept = f"; kept {_duration(progress.seconds)} of speech in {out}" if out and progress.seconds else ""
+        print(f"parley: stopped{kept}", file=sys.stderr)
+        return 130
+    progress.end()
+    seconds = progress.seconds
     rtf = elapsed / seconds if seconds else float("inf")
     print(f"{where}: {seconds:.2f} s of speech by {speaker} (seed {stream.seed}); "
-          f"TTFC {1000 * (ttfc or 0):.0f} ms, RTF {rtf:.3f}", file=sys.stderr)
+          f"TTFC {1000 * (progress.ttfc_s or 0):.0f} ms, RTF {rtf:.3f}", file=sys.stderr)
     return 0
 
 
-def _write_wav(stream, tts, out: Path):
-    """Stream into a temporary file beside `out`, renamed only once complete: (samples, ttfc_s, elapsed_s, out)."""
+def _duration(seconds: float) -> str:
+    """'12 s', '3:05' or '1:02:09'."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+class _Progress:
+    """How much speech a stream has made (and its TTFC), told while a text of several parts is spoken: a line
+    rewritten in place on a terminal (at most a few times a second), a line for each finished part elsewhere (a log)."""
+
+    def __init__(self, stream, sample_rate_hz: int):
+        self.stream, self.parts, self.rate_hz = stream, stream.segments, sample_rate_hz
+        self.samples, self.part = 0, 0
+        self.ttfc_s: float | None = None
+        self.terminal = sys.stderr.isatty()
+        self._shown_at = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return self.samples / self.rate_hz
+
+    def add(self, chunk) -> None:
+        if self.ttfc_s is None:
+            self.ttfc_s = chunk.t_ready - self.stream.t_start
+        if self.parts > 1 and not self.terminal and chunk.segment != self.part:
+            self._line(f"parley: part {self.part + 1} of {self.parts} done, {_duration(self.seconds)} of speech\n")
+        self.samples += chunk.pcm.size
+        self.part = chunk.segment
+        now = time.monotonic()
+        if self.parts > 1 and self.terminal and now - self._shown_at >= 0.25:
+            self._shown_at = now
+            self._line(f"\rparley: part {self.part + 1} of {self.parts}, {_duration(self.seconds)} of speech\x1b[K")
+
+    def end(self) -> None:
+        """Clears the terminal's progress line, so the next message starts on a clean line."""
+        if self.parts > 1 and self.terminal:
+            self._line("\r\x1b[K")
+
+    @staticmethod
+    def _line(text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+
+def _write_wav(stream, tts, out: Path, progress: _Progress):
+    """Stream into a temporary file beside `out`, renamed once complete: (elapsed_s, out).
+
+    Ctrl-C keeps what was written: the file is closed (a valid WAV of the speech so far) and renamed to `out`.
+    """
     import numpy as np
     import soundfile
 
     fd, tmp = tempfile.mkstemp(suffix=".wav", prefix=f".{out.name}.", dir=out.parent if str(out.parent) else ".")
     os.close(fd)
     try:
-        samples, ttfc = 0, None
         with soundfile.SoundFile(tmp, "w", samplerate=tts.sample_rate_hz, channels=1, subtype="PCM_16") as wav:
             for chunk in stream:
-                ttfc = chunk.t_ready - stream.t_start if ttfc is None else ttfc
                 wav.write(np.clip(chunk.pcm, -1.0, 1.0))
-                samples += chunk.pcm.size
+                progress.add(chunk)
         elapsed = time.perf_counter() - stream.t_start
         os.replace(tmp, out)
-    except BaseException:
-        os.unlink(tmp)
+    except KeyboardInterrupt:
+        if progress.samples:  # leaving the `with` closed the file: a valid WAV of the speech so far
+            os.replace(tmp, out)
         raise
-    return samples, ttfc, elapsed, out
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return elapsed, out
 
 
-def _play(stream, device):
-    """Speak each chunk as it arrives, then wait for the device to play it all: (samples, ttfc_s, elapsed_s, where)."""
-    from engine.audio import TTS_RATE_HZ, Player
+def _play(stream, device, progress: _Progress):
+    """Speak each chunk as it arrives, then wait for the device to play it all: (elapsed_s, where)."""
+    from engine.audio import Player
 
     with Player(device) as player:
-        samples, ttfc = 0, None
         for chunk in stream:
-            ttfc = chunk.t_ready - stream.t_start if ttfc is None else ttfc
             player.write(chunk.pcm)
-            samples += chunk.pcm.size
+            progress.add(chunk)
         elapsed = time.perf_counter() - stream.t_start
         # a generous bound: the speech itself, plus the sound server's start-up
-        if not player.wait_done(timeout_s=30 + 2 * samples / TTS_RATE_HZ):
+        if not player.wait_done(timeout_s=30 + 2 * progress.seconds):
             raise ParleyError(f"output device {player.device.name} stopped playing; choose another with --output-device")
-        return samples, ttfc, elapsed, f"played on {player.device.name}"
+        return elapsed, f"played on {player.device.name}"
 
 
 def _chat(args) -> int:

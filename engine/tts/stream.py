@@ -58,13 +58,14 @@ class TTSStream:
     """An iterator of Chunks for one utterance. Iterating does the work.
 
     Leaving the loop (break, close(), an exception) stops at the next frame; another thread stops it
-    with cancel(). `t_start` is when the text was handed over (the TTFC origin); `seed` reproduces it.
+    with cancel(). `t_start` is when the text was handed over (the TTFC origin); `seed` reproduces it;
+    `segments` is how many parts the text is spoken in (a Chunk's `segment` counts them from 0).
     `notice` is None, or the GPUUnavailableError saying that the GPU ran out of memory and the engine
     moved to the CPU; the segment that was speaking then started again from its first frame.
     """
 
-    def __init__(self, run, seed: int):
-        self.seed = seed
+    def __init__(self, run, seed: int, segments: int):
+        self.seed, self.segments = seed, segments
         self.t_start = time.perf_counter()
         self.notice: GPUUnavailableError | None = None
         self._cancelled = threading.Event()
@@ -211,7 +212,7 @@ class TTSEngine:
                 if cancelled.is_set():
                     return
 
-        return TTSStream(run, seed)
+        return TTSStream(run, seed, len(segments))
 
     def synthesize(self, text: str, speaker: str | None = None, language: str | None = "auto", **options) -> np.ndarray:
         """The whole utterance as one float32 array at sample_rate_hz (stream() joined)."""

@@ -6,6 +6,7 @@ transformers, ~3 s each) overlaps; each test then checks one run's exit code, st
 
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -150,6 +151,36 @@ def test_emoji_alone_are_refused_before_loading_as_the_app_refuses_them(tmp_path
     code, err, cwd = parley(tmp_path, "😀🎉👍", "--out", "speech.wav", "--model", short_checkpoint)
     assert code == 2 and "parley: nothing to speak: the text has no letters or digits" in err
     assert "loaded" not in err and "Traceback" not in err and list(cwd.iterdir()) == []
+
+
+def test_a_long_text_tells_its_length_and_progress_and_ctrl_c_keeps_what_was_written(tmp_path, short_checkpoint):
+    """A text of many parts: `parley say` says how many and about how long, a line a finished part (stderr is not a
+    terminal here), and on Ctrl-C exits 130 saying how much it kept: a valid WAV of whole frames, no temporary file."""
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    run = start(cwd, offline_env(tmp_path), "--out", "speech.wav", "--model", short_checkpoint, "--seed", 3)
+    run.stdin.write("This sentence is one of very many in a long text. " * 400)
+    run.stdin.close()
+    lines = []
+    try:
+        while not lines or "part 2 of 50 done" not in lines[-1]:
+            lines.append(run.stderr.readline())
+            assert lines[-1], "".join(lines)  # the run ended before its second part
+        run.send_signal(signal.SIGINT)
+        code = run.wait(timeout=60)
+    finally:
+        run.kill()
+    err = "".join(lines) + run.stderr.read()
+    assert code == 130, err
+    assert re.search(r"parley: 19,999 characters in 50 parts, about 2\d:\d\d of speech; Ctrl-C stops and keeps what "
+                     r"is written in speech.wav", err), err
+    assert "parley: part 1 of 50 done, 0 s of speech" in err and "Traceback" not in err  # 6 frames: 0.48 s
+    kept = re.search(r"parley: stopped; kept (\d+) s of speech in speech.wav", err)
+    assert kept, err
+    audio, rate = soundfile.read(cwd / "speech.wav", dtype="float32")
+    assert rate == 24000 and audio.size >= 2 * FRAMES * FRAME_SAMPLES and audio.size % FRAME_SAMPLES == 0
+    assert abs(audio.size / rate - int(kept[1])) <= 0.5
+    assert [p.name for p in cwd.iterdir()] == ["speech.wav"]
 
 
 @pytest.mark.parametrize("option, value, message", [
