@@ -1,0 +1,219 @@
+"""The assistant's configuration (AssistantConfig) and the settings file that keeps it, the one the desktop app
+writes and the command line reads, so `parley chat` speaks with the models and voice chosen in the app.
+
+The file is an INI file as Qt's QSettings writes it (the app writes it through QSettings; this module reads it
+without Qt): $XDG_CONFIG_HOME/Parley/Parley.conf, else ~/.config/Parley/Parley.conf. Each setting is a key there
+(SETTINGS); a value that is missing, unreadable or out of range reads as its default. Importing this module is
+light (no numpy, no torch): the window reads the settings before anything of the engine loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.llm.chat import ChatOptions
+
+__all__ = ["ENGINE_DEVICES", "LISTEN_MODES", "SETTINGS", "SILENCE_MS_RANGE", "AssistantConfig", "Setting",
+           "load_config", "read_settings", "settings_path"]
+
+LISTEN_MODES = ("hands-free", "push-to-talk")
+ENGINE_DEVICES = ("auto", "cuda", "cpu")
+SILENCE_MS_RANGE = (200, 3000)
+
+
+@dataclass(frozen=True)
+class AssistantConfig:
+    """What the assistant loads and how it holds the conversation (engine/assistant.py).
+
+    tts_model, stt_model, llm_model: a folder or file path, or "" to find the model on its own
+        (engine/models.py, the bundled Whisper and SmolLM2 packages).
+    speaker, language: the voice; "" is the model's first speaker, "auto" any language.
+    style: how the voice speaks (1.7B CustomVoice) or what it sounds like (VoiceDesign), for the TTS's
+        instruct; "" for none. Models that take none ignore it (AssistantInfo.style_kind says which).
+    input_device, output_device: a device name or part of one; "" is the system default.
+    listen_mode: "hands-free" or "push-to-talk". silence_ms: hands-free end-of-turn silence (the VAD's default).
+    echo_cancellation: take Parley's own voice out of the microphone (open speakers; a headset's passes through).
+    system_prompt: the LLM's first message; "" is the engine's own.
+    device: "auto" (the GPU when there is one), "cuda" or "cpu", for the TTS, Whisper and the LLM.
+    history_file: the SQLite conversation store; None is the default profile's.
+    chat_options: engine ChatOptions for the LLM (threads, sampling); None is ChatOptions().
+    tts_seed: makes speech reproducible (tests); None draws a seed per clause.
+    voice_input: open speech recognition and the microphone; False for typed turns only (`parley chat --text`).
+    The last four are not kept in the settings file.
+    """
+
+    tts_model: str = ""
+    stt_model: str = ""
+    llm_model: str = ""
+    speaker: str = ""
+    language: str = "auto"
+    style: str = ""
+    input_device: str = ""
+    output_device: str = ""
+    listen_mode: str = "hands-free"
+    silence_ms: int = 700
+    echo_cancellation: bool = True
+    system_prompt: str = ""
+    device: str = "auto"
+    history_file: Path | None = None
+    chat_options: ChatOptions | None = None
+    tts_seed: int | None = None
+    voice_input: bool = True
+
+    def __post_init__(self):
+        for setting in SETTINGS:
+            setting.check(getattr(self, setting.name))
+
+    def models_differ(self, other: AssistantConfig) -> bool:
+        """Whether going from self to other needs the models or sound devices opened anew (not just the voice)."""
+        heavy = ("tts_model", "stt_model", "llm_model", "input_device", "output_device", "device", "history_file",
+                 "chat_options", "voice_input")
+        return any(getattr(self, name) != getattr(other, name) for name in heavy)
+
+
+_BOOLS = {"true": True, "false": False}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One value kept in the settings file: its key there, its name (the AssistantConfig field it fills), its
+    default (whose type is the setting's), and the values it may take (choices, or inclusive bounds)."""
+
+    key: str
+    name: str
+    default: object
+    choices: tuple = ()
+    bounds: tuple | None = None
+
+    @property
+    def kind(self) -> type:
+        return type(self.default)
+
+    def valid(self, value) -> bool:
+        if type(value) is not self.kind:  # type(), not isinstance(): True is no silence_ms
+            return False
+        if self.choices and value not in self.choices:
+            return False
+        return self.bounds is None or self.bounds[0] <= value <= self.bounds[1]
+
+    def check(self, value) -> None:
+        """Raises ValueError naming the key and the valid values, for a value this setting cannot take."""
+        if not self.valid(value):
+            allowed = (f"one of {', '.join(map(str, self.choices))}" if self.choices else
+                       f"{self.bounds[0]}..{self.bounds[1]}" if self.bounds else f"a {self.kind.__name__}")
+            raise ValueError(f"setting {self.key} must be {allowed}; got {value!r}")
+
+    def parse(self, raw):
+        """The value of a stored one: a string from the file (or the value itself, as QSettings hands back what
+        it wrote in this process); the default when it is not one this setting can take (a hand-edited file)."""
+        try:
+            # QSettings writes a bool as "true" or "false", and bool("false") is True
+            value = _BOOLS[raw.lower()] if self.kind is bool and isinstance(raw, str) else self.kind(raw)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return self.default
+        return value if self.valid(value) else self.default
+
+
+def _field(key: str, name: str, **limits) -> Setting:
+    """The Setting of an AssistantConfig field, with the field's default."""
+    return Setting(key, name, AssistantConfig.__dataclass_fields__[name].default, **limits)
+
+
+SETTINGS = (
+    _field("models/tts", "tts_model"),
+    _field("models/stt", "stt_model"),
+    _field("models/llm", "llm_model"),
+    _field("voice/speaker", "speaker"),
+    _field("voice/language", "language"),
+    _field("voice/style", "style"),
+    _field("audio/input", "input_device"),
+    _field("audio/output", "output_device"),
+    _field("listen/mode", "listen_mode", choices=LISTEN_MODES),
+    _field("listen/silence_ms", "silence_ms", bounds=SILENCE_MS_RANGE),
+    _field("listen/echo_cancellation", "echo_cancellation"),
+    _field("llm/system_prompt", "system_prompt"),
+    _field("engine/device", "device", choices=ENGINE_DEVICES),
+)
+
+
+def settings_path() -> Path:
+    """The settings file: $XDG_CONFIG_HOME/Parley/Parley.conf, else ~/.config/Parley/Parley.conf (where QSettings
+    keeps organization "Parley", application "Parley" in INI format)."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "Parley" / "Parley.conf"
+
+
+# QSettings' escapes in an INI value (qsettings.cpp, iniEscapedString): \\ \" \n \t ..., and \xHHHH for other control
+# characters
+_ESCAPES = {"\\": "\\", '"': '"', "'": "'", "?": "?", "n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b",
+            "f": "\f", "v": "\v", "0": "\0"}
+_HEX = re.compile(r"[0-9a-fA-F]{1,4}")
+
+
+def _unescape(raw: str) -> str | None:
+    """A string value as QSettings writes it to an INI file: escapes undone, double quotes (which keep spaces and
+    commas) taken away, and a leading @ written @@ made one. None for what is no string: a list (an unquoted
+    comma) or a typed value (@Variant(...), @ByteArray(...))."""
+    out, quoted, i = [], False, 0
+    while i < len(raw):
+        ch = raw[i]
+        if ch == "\\" and i + 1 < len(raw):
+            hex_digits = _HEX.match(raw, i + 2) if raw[i + 1] == "x" else None
+            if hex_digits:
+                out.append(chr(int(hex_digits.group(), 16)))
+                i = hex_digits.end()
+                continue
+            out.append(_ESCAPES.get(raw[i + 1], raw[i + 1]))
+            i += 2
+            continue
+        if ch == '"':
+            quoted = not quoted
+        elif ch == "," and not quoted:
+            return None
+        else:
+            out.append(ch)
+        i += 1
+    text = "".join(out)
+    if text.startswith("@"):
+        return text[1:] if text.startswith("@@") else None
+    return text
+
+
+def read_settings(path: Path | None = None) -> dict[str, object]:
+    """The settings stored in `path` (settings_path() when None): {AssistantConfig field: value} for each
+    setting the file holds; one that is unreadable or out of range reads as its default. A missing or
+    unreadable file holds none."""
+    try:
+        text = (path or settings_path()).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    stored, group = {}, ""
+    for line in text.split("\n"):  # not splitlines(): QSettings writes U+2028 and other separators as they are
+        line = line.strip(" \t\r")
+        if line.startswith("[") and line.endswith("]"):
+            group = line[1:-1]
+        elif "=" in line and not line.startswith(";"):
+            key, raw = line.split("=", 1)
+            stored[f"{group}/{key.strip(' ')}"] = raw.strip(" \t")
+    values = {}
+    for setting in SETTINGS:
+        if setting.key in stored:
+            raw = _unescape(stored[setting.key])
+            values[setting.name] = setting.default if raw is None else setting.parse(raw)
+    return values
+
+
+def load_config(path: Path | None = None, **overrides) -> AssistantConfig:
+    """The AssistantConfig of the settings file (see read_settings), with `overrides` (AssistantConfig fields)
+    replacing what it says; an override of None leaves the file's value.
+
+    Raises:
+        ValueError: an override the setting cannot take (named, with the valid values).
+    """
+    config = AssistantConfig(**read_settings(path))
+    return dataclasses.replace(config, **{name: value for name, value in overrides.items() if value is not None})
