@@ -5,7 +5,7 @@ The places are the engine's own (engine/history.py history_path, engine/models.p
 Hugging Face cache, engine/stt/whisper.py cache_dir; app/models_page.py locate) and QSettings' file,
 so the page shows this machine's real paths. "Delete all history…" asks first, then emits
 delete_history(); the window has the file erased in place, through the engine's own store
-(HistoryStore.erase_all) or, with no engine loaded, erase_history().
+(HistoryStore.erase_all) or, with no engine loaded, engine.history.erase_history().
 Object names for the style sheet: QWidget#aboutPage, QLabel#headline, QLabel#aboutWhere, QLabel#hint.
 """
 
@@ -17,10 +17,6 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QMessageBox, QPushButton, QScrollArea, QVBoxLayout, QWidget
-
-from app.errors import Problem
-from engine.errors import HistoryError
-from engine.history import HistoryStore
 
 # the model or library, its licence; shown one a line, in this order
 LICENSES = (
@@ -52,24 +48,6 @@ def parley_version() -> str:
 def history_files(path: Path) -> list[Path]:
     """The history database and whichever of its companion files exist now."""
     return [p for p in (path, *(path.with_name(path.name + s) for s in SQLITE_COMPANIONS)) if p.exists()]
-
-
-def erase_history(path: Path) -> None:
-    """Erase every conversation in a history file, in place (HistoryStore.erase_all), where no engine holds
-    it open; a file that does not exist has nothing to erase (and is not made).
-
-    Raises:
-        HistoryError: the file is locked, not writable or not a history (the message says what is left).
-    """
-    if Path(path).exists():
-        with HistoryStore(path) as store:
-            store.erase_all()
-
-
-def erase_failed(error: HistoryError) -> Problem:
-    """The Problem for a "Delete all history" that failed; the engine's message says what is still there."""
-    return Problem("The history could not be erased", str(error),
-                   "Close other Parley windows or programs using the file, then delete all history again.")
 
 
 def settings_location(store: QSettings) -> str:

@@ -1,11 +1,11 @@
 """Readable errors: an engine exception becomes a Problem (a headline, what happened, what to do, and
-the page that fixes it), shown by ErrorDialog. The worker makes Problems; the window shows them.
+the page that fixes it), shown by ErrorDialog or the notice bar. The window makes them from the engine's events.
 """
 
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
@@ -94,6 +94,26 @@ def problem_for(error: BaseException, doing: str) -> Problem:
         return Problem(f"Something went wrong while {doing}", detail, "Check the settings and try again.", "settings")
     return Problem(f"Something went wrong while {doing}", f"{type(error).__name__}: {detail}",
                    "Try again; if it keeps happening, restart Parley.")
+
+
+def voice_off(error: BaseException, doing: str) -> Problem:
+    """The Problem for speech recognition or a microphone that could not be opened (VoiceInputOff): typing works."""
+    problem = problem_for(error, doing)
+    return replace(problem, headline="Voice input is off: " + problem.headline[0].lower() + problem.headline[1:],
+                   advice=" ".join(filter(None, ("You can still type to Parley.", problem.advice))))
+
+
+def unknown_voice(speaker: str, speakers: tuple[str, ...], used: str) -> Problem:
+    """The Problem for a configured speaker the speech model has no voice of (VoiceNotFound)."""
+    return Problem("This speech model has no voice of that name",
+                   f"{speaker!r} is not one of its voices ({', '.join(speakers)}); Parley speaks as {used!r}.",
+                   "Choose a voice in Settings.", action="settings")
+
+
+def erase_failed(error: HistoryError) -> Problem:
+    """The Problem for a "Delete all history" that failed; the engine's message says what is still there."""
+    return Problem("The history could not be erased", str(error),
+                   "Close other Parley windows or programs using the file, then delete all history again.")
 
 
 class ErrorDialog(QMessageBox):

@@ -1,9 +1,9 @@
 """Parley's main window: the conversation, the talk/mute/stop controls, the text box, the latency meter.
 
 A thin view: it owns an EngineWorker in a QThread (app/worker.py) and talks to it only through
-signals; what the engine says comes back as the worker's signals. Keys: hold Space to talk
-(push-to-talk, when the text box has no focus), Enter sends, Ctrl+Enter speaks the text as typed,
-Esc stops, Ctrl+M mutes, Ctrl+, opens the settings, Ctrl+H the history, F1 About Parley / Privacy.
+signals; what the engine says comes back as its events (engine/events.py), through the worker's one signal.
+Keys: hold Space to talk (push-to-talk, when the text box has no focus), Enter sends, Ctrl+Enter speaks the
+text as typed, Esc stops, Ctrl+M mutes, Ctrl+, opens the settings, Ctrl+H the history, F1 About Parley / Privacy.
 """
 
 from __future__ import annotations
@@ -29,10 +29,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat_view import ChatView
-from app.errors import ACTIONS, ErrorDialog, Problem, problem_for
+from app.errors import ACTIONS, ErrorDialog, Problem, erase_failed, problem_for, unknown_voice, voice_off
 from app.meter import LatencyMeter
 from app.settings import Settings
-from app.worker import EngineInfo, EngineWorker
+from app.worker import EngineWorker
+from engine.assistant import AssistantInfo
+from engine.events import (ConversationEnded, DeviceLost, DeviceRestored, Figures, Heard, HistoryErased, Level,
+                           Loading, LoadFailed, Notice, Partial, Ready, ReplyText, SpeakingClause, StateChanged,
+                           TurnFailed, TurnFinished, VoiceInputOff, VoiceNotFound)
 
 STATE_TEXT = {
     "listening": "Listening", "hearing": "Hearing you…", "thinking": "Thinking…", "speaking": "Speaking",
@@ -109,8 +113,8 @@ class MainWindow(QMainWindow):
     """
 
     # requests to the worker (queued into its thread)
-    load_requested = Signal(object)  # EngineConfig
-    apply_requested = Signal(object)  # EngineConfig
+    load_requested = Signal(object)  # AssistantConfig
+    apply_requested = Signal(object)  # AssistantConfig
     send_requested = Signal(str)
     speak_requested = Signal(str)
     press_requested = Signal()
@@ -129,7 +133,7 @@ class MainWindow(QMainWindow):
         self.settings = settings
         self.history_file = history_file
         self.chat_options = chat_options
-        self.info: EngineInfo | None = None  # the loaded engine; None while loading or after a failure
+        self.info: AssistantInfo | None = None  # the loaded engine; None while loading or after a failure
         self.state = "idle"
         self.dialog: ErrorDialog | None = None  # the error dialog on screen, if any
         self.history_view = None  # made on first use, with the GUI thread's own HistoryStore
@@ -257,25 +261,51 @@ class MainWindow(QMainWindow):
         self.deleted_requested.connect(w.conversation_deleted)
         self.forget_requested.connect(w.delete_history)
         self.shutdown_requested.connect(w.shutdown)
-        w.progress.connect(self._show_progress)
-        w.ready.connect(self._engine_ready)
-        w.failed.connect(self._engine_failed)
-        w.notice.connect(self.notice.show_problem)
-        w.level.connect(self.meter.set_level)
-        w.state_changed.connect(self._show_state)
-        w.partial.connect(self.chat.show_partial)
-        w.heard.connect(self.chat.add_user)
-        w.reply_text.connect(self.chat.reply_text)
-        w.speaking_clause.connect(self.chat.speaking_clause)
-        # bound methods of widgets, never lambdas: the worker emits from the engine's threads, and
-        # only a receiver object makes Qt queue the call into the GUI thread
-        w.turn_finished.connect(self._turn_finished)
-        w.turn_failed.connect(self._turn_failed)
-        w.device_lost.connect(self._device_lost)
-        w.device_restored.connect(self._device_restored)
-        w.metrics.connect(self.meter.show_turn)
-        w.conversation_ended.connect(self.chat.clear)
-        w.history_deleted.connect(self._history_deleted)
+        # a bound method of the window, never a lambda: the worker emits from the engine's threads, and only a
+        # receiver object makes Qt queue the call into the GUI thread
+        w.event.connect(self._engine_event)
+
+    def _engine_event(self, event) -> None:
+        """One of the assistant's events (engine/events.py), in the GUI thread."""
+        match event:
+            case Loading():
+                self._show_progress(event.label or event.step, event.done, event.total)
+            case Ready():
+                self._engine_ready(event.info)
+            case LoadFailed():
+                self._engine_failed(problem_for(event.error, f"loading the {event.step}"))
+            case Notice():
+                self.notice.show_problem(problem_for(event.error, event.doing))
+            case VoiceInputOff():
+                self.notice.show_problem(voice_off(event.error, event.doing))
+            case VoiceNotFound():
+                self.notice.show_problem(unknown_voice(event.speaker, event.speakers, event.used))
+            case Level():
+                self.meter.set_level(event.rms_dbfs)
+            case StateChanged():
+                self._show_state(event.state)
+            case Partial():
+                self.chat.show_partial(event.text)
+            case Heard():
+                self.chat.add_user(event.text)
+            case ReplyText():
+                self.chat.reply_text(event.text)
+            case SpeakingClause():
+                self.chat.speaking_clause(event.text, event.index)
+            case TurnFinished():
+                self.chat.finish_reply(event.result.reply_text, event.result.interrupted)
+            case TurnFailed():
+                self._turn_failed(problem_for(event.error, "answering"))
+            case DeviceLost():
+                self._device_lost(event.kind, problem_for(event.error, "speaking"))
+            case DeviceRestored():
+                self._device_restored(event.kind, event.message)
+            case Figures():
+                self.meter.show_turn(event.metrics, event.summary)
+            case ConversationEnded():
+                self.chat.clear()
+            case HistoryErased():
+                self._history_deleted(None if event.error is None else erase_failed(event.error))
 
     # -- the engine --------------------------------------------------------------------------------------
 
@@ -291,7 +321,7 @@ class MainWindow(QMainWindow):
         self.load_requested.emit(self._config())
 
     def _config(self):
-        return self.settings.engine_config(self.history_file, self.chat_options)
+        return self.settings.assistant_config(self.history_file, self.chat_options)
 
     def _show_progress(self, step: str, done: int, total: int) -> None:
         loading = done < total
@@ -302,7 +332,7 @@ class MainWindow(QMainWindow):
             self._show_state("loading", text=f"Loading the {step}…")
         self._update_talk_button()
 
-    def _engine_ready(self, info: EngineInfo) -> None:
+    def _engine_ready(self, info: AssistantInfo) -> None:
         self.info = info
         self.load_bar.hide()
         if self.mute_button.isChecked():  # muted while the models loaded: the new loop starts muted too
@@ -314,7 +344,7 @@ class MainWindow(QMainWindow):
         self._tell_megakernel_problem(info)
         self._update_talk_button()
 
-    def _tell_megakernel_problem(self, info: EngineInfo) -> None:
+    def _tell_megakernel_problem(self, info: AssistantInfo) -> None:
         """Speech runs without the megakernel: said once per reason, and not over a notice still on screen
         (that one matters more now; this one waits for the next start). Once the kernel runs, a reason that
         comes back later is new again."""
@@ -341,9 +371,6 @@ class MainWindow(QMainWindow):
             self.open_models()
         else:
             self.show_problem(problem)
-
-    def _turn_finished(self, result) -> None:
-        self.chat.finish_reply(result.reply_text, result.interrupted)
 
     def _turn_failed(self, problem: Problem) -> None:
         self.chat.fail_turn(f"{problem.headline}: {problem.detail}")
@@ -514,8 +541,8 @@ class MainWindow(QMainWindow):
     def _delete_history(self) -> None:
         """Close this thread's connection (the history view's), then have the worker erase the history through
         its own; without a worker thread it is erased here."""
-        from app.about_page import erase_failed, erase_history
         from engine.errors import HistoryError
+        from engine.history import erase_history
 
         if self.history_view is not None:
             self._history_was_open = self.history_view.isVisible()

@@ -1,7 +1,7 @@
 """The settings dialog: voice, language, speaking style, sound devices, listening, system prompt, model
 paths, GPU/CPU and theme, written to Settings (app/settings.py) when the user saves.
 
-The voices and languages offered are the loaded model's (EngineInfo from the worker); the devices are
+The voices and languages offered are the loaded model's (AssistantInfo, engine/assistant.py); the devices are
 PortAudio's (engine/audio/devices.py). The window applies what was saved without a restart where it
 can: the voice, the listening and the prompt at once, models and devices by reloading them.
 """
@@ -27,9 +27,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.settings import DEFAULT_VOICE_DESCRIPTION, ENGINE_DEVICES, LISTEN_MODES, SILENCE_MS_RANGE, THEMES, Settings
-from app.worker import EngineInfo
+from app.settings import THEMES, Settings
+from engine.assistant import DEFAULT_VOICE_DESCRIPTION, AssistantInfo
 from engine.errors import AudioDeviceError
+from engine.settings import ENGINE_DEVICES, LISTEN_MODES, SILENCE_MS_RANGE
 
 DEVICE_DEFAULT = "System default"
 
@@ -48,7 +49,7 @@ class SettingsDialog(QDialog):
 
     saved = Signal()
 
-    def __init__(self, settings: Settings, info: EngineInfo | None, parent: QWidget | None = None):
+    def __init__(self, settings: Settings, info: AssistantInfo | None, parent: QWidget | None = None):
         super().__init__(parent)
         self.settings = settings
         self.setObjectName("settingsDialog")
@@ -67,7 +68,7 @@ class SettingsDialog(QDialog):
 
     # -- tabs ----------------------------------------------------------------------------------------------
 
-    def _voice_tab(self, info: EngineInfo | None) -> QWidget:
+    def _voice_tab(self, info: AssistantInfo | None) -> QWidget:
         s = self.settings
         self.speaker = QComboBox(objectName="speaker")
         self.speaker.addItem("The model's first voice", "")

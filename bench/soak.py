@@ -109,7 +109,7 @@ class Events:
         self._changed = threading.Condition()
 
     def __call__(self, event) -> None:
-        from engine.voice import Level, ReplyText, TurnFailed, TurnFinished
+        from engine.events import Level, ReplyText, TurnFailed, TurnFinished
 
         if isinstance(event, Level | ReplyText):
             return
@@ -192,7 +192,8 @@ def soak(args, pulse: Pulse, work: Path, out: Path, stop: threading.Event) -> di
     from engine.pipeline import Dialogue, DialogueOptions
     from engine.stt import SileroVad, Transcriber, TranscriberOptions, VadOptions
     from engine.tts import load_tts
-    from engine.voice import BargeIn, SpeakingClause, TurnFinished, VoiceLoop, VoiceOptions
+    from engine.events import BargeIn, SpeakingClause, TurnFinished
+    from engine.voice import VoiceLoop, VoiceOptions
 
     t0 = time.perf_counter()
     steps = plan(args.turns, args.barge_ins, args.typed, args.seed)
@@ -301,7 +302,7 @@ def soak(args, pulse: Pulse, work: Path, out: Path, stop: threading.Event) -> di
 
 
 def progress(i: int, steps: list[Step], events: Events) -> str:
-    from engine.voice import TurnFinished
+    from engine.events import TurnFinished
 
     event = events.seen[events.ends[i]]
     what = f"turn {i + 1}/{len(steps)} {'spoken' if steps[i].spoken else 'typed'}"

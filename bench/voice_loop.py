@@ -244,7 +244,8 @@ def run(args, audio, work: Path, voices_dir: Path) -> int:
     from engine.pipeline import Dialogue
     from engine.stt import VadOptions
     from engine.tts import load_tts
-    from engine.voice import TurnFailed, TurnFinished, VoiceLoop, VoiceOptions
+    from engine.events import TurnFailed, TurnFinished
+    from engine.voice import VoiceLoop, VoiceOptions
 
     t0 = time.perf_counter()
     checkpoint = Path(args.model) if args.model else random_checkpoint(work, args.size, args.max_frames)

@@ -1,6 +1,7 @@
 """The `parley` command line: `parley say` speaks text on the speakers (or into a WAV file) and prints
-TTFC and RTF; `parley chat` holds a spoken conversation through the microphone (engine/voice.py), or
-with --text a typed one; each reply is printed and spoken, its figures on stderr."""
+TTFC and RTF; `parley chat` holds a spoken conversation through the microphone (engine/assistant.py), or
+with --text a typed one; each reply is printed and spoken, its figures on stderr. Both take the models and
+the voice chosen in the app (engine/settings.py); a flag overrides its setting."""
 
 from __future__ import annotations
 
@@ -17,21 +18,48 @@ from pathlib import Path
 from engine.errors import ParleyError
 
 
-def _speaker(folder: Path, speaker: str | None, language: str, instruct: str | None) -> str | None:
-    """The speaker to use (the model's first where none is named), the voice checked against the model's config.json
-    before its weights load: a misspelt name is told at once, not after a load or a first GPU use's compile. A
-    config.json that cannot be read is left to load_tts, which names the fault and how to get the model again."""
+def _voice(folder: Path, config, speaker: str | None, language: str | None,
+           instruct: str | None) -> tuple[str | None, str, str | None]:
+    """(speaker, language, instruct) to speak in, checked against the model's config.json before its weights load,
+    so a misspelt name is told at once, not after a load or a first GPU use's compile. A voice given on the command
+    line is taken as it is (an error if the model lacks it); the rest come from the settings, fitted to the model
+    (engine.assistant.configured_voice: a speaker saved for another model gives way to this one's first, with a
+    warning). A config.json that cannot be read is left to load_tts, which names the fault and how to get the model.
+
+    Raises:
+        InputTextError: a speaker, language or style the model does not take (naming the ones it has).
+    """
+    from engine.assistant import configured_voice
     from engine.errors import ModelFilesError
     from engine.tts.config import TTSConfig
     from engine.tts.prompt import resolve_voice
 
     try:
-        config = TTSConfig.from_file(folder / "config.json")
+        model = TTSConfig.from_file(folder / "config.json")
     except ModelFilesError:
-        return speaker
-    speaker = speaker or config.default_speaker
-    resolve_voice(config, speaker, language, instruct)
-    return speaker
+        return speaker or config.speaker or None, language or config.language, instruct or config.style or None
+    fitted = configured_voice(model, config)
+    if fitted.not_found is not None and not speaker:
+        _err(_not_found(fitted.not_found))
+    speaker = speaker or fitted.speaker or model.default_speaker
+    language = language or fitted.language
+    instruct = fitted.style if instruct is None else instruct
+    resolve_voice(model, speaker, language, instruct)
+    return speaker, language, instruct
+
+
+def _not_found(event) -> str:
+    return (f"parley: warning: this speech model has no voice {event.speaker!r} ({', '.join(event.speakers)}); "
+            f"speaking as {event.used!r}")
+
+
+def _device_of(setting: str) -> str:
+    """The engine's device setting as load_tts takes it: "auto" is the GPU where torch finds one."""
+    if setting != "auto":
+        return setting
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _load_tts(folder: Path, device: str, dtype: str | None = None):
@@ -50,6 +78,7 @@ def _load_tts(folder: Path, device: str, dtype: str | None = None):
 
 def _say(args) -> int:
     from engine.models import find_tts_model
+    from engine.settings import load_config
     from engine.text import clean_text, speech_seconds
 
     out = Path(args.out) if args.out else None
@@ -59,12 +88,13 @@ def _say(args) -> int:
         raise ParleyError(f"cannot write {out}: {problem}; choose another --out")
     text = sys.stdin.read() if args.text in (None, "-") else args.text
     cleaned = clean_text(text)  # nothing to speak is said before a model loads (a first GPU use compiles a minute)
-    folder = find_tts_model(args.model)
-    speaker = _speaker(folder, args.speaker, args.language, args.instruct)
+    config = load_config(tts_model=args.model)
+    folder = find_tts_model(config.tts_model or None)
+    speaker, language, instruct = _voice(folder, config, args.speaker, args.language, args.instruct)
     t0 = time.perf_counter()
-    tts = _load_tts(folder, args.device, args.dtype)
+    tts = _load_tts(folder, args.device or _device_of(config.device), args.dtype)
     print(f"loaded {tts.folder} on {tts.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    stream = tts.stream(text, speaker, args.language, instruct=args.instruct, seed=args.seed)
+    stream = tts.stream(text, speaker, language, instruct=instruct, seed=args.seed)
     progress = _Progress(stream, tts.sample_rate_hz)
     if stream.segments > 1:
         keeps = f" and keeps what is written in {out}" if out else ""
@@ -175,36 +205,29 @@ def _play(stream, device, progress: _Progress):
 
 
 def _chat(args) -> int:
-    from engine.audio import Player
-    from engine.history import HistoryStore, history_path
-    from engine.llm.chat import ChatModel, bundled_model_path
+    from engine.assistant import Assistant
+    from engine.errors import MicrophoneAccessError
+    from engine.history import history_path
     from engine.models import find_tts_model
-    from engine.pipeline import Dialogue, DialogueOptions
+    from engine.settings import load_config
 
-    llm_path = Path(args.llm) if args.llm else bundled_model_path()  # says how to install it when missing
-    folder = find_tts_model(args.model)
-    speaker = _speaker(folder, args.speaker, DialogueOptions.language, None)
-    chat = ChatModel(llm_path)
-    tts = _load_tts(folder, args.device)
-    transcriber = None
-    if not args.text:
-        from engine.stt import Transcriber
-
-        transcriber = Transcriber(args.whisper)
-        transcriber.warm_up()  # the first turn should not pay for the model's first run
-    # a history held by another program or read-only does not stop the conversation: turns wait for it
-    with Player(args.output_device) as player, HistoryStore(history_path(args.profile), open_later=True) as history:
-        if history.open_error is not None:
-            print(f"parley: {history.open_error}", file=sys.stderr)
-        dialogue = Dialogue(chat, tts, player, history, transcriber, options=DialogueOptions(speaker=speaker))
-        about = f"parley: {llm_path.name} and {tts.folder.name}, voice {dialogue.speaker}"
-        try:
-            return _typed_chat(dialogue, about) if args.text else _voice_chat(dialogue, args, about)
-        finally:
-            if dialogue.unsaved:
-                n = len(dialogue.unsaved)
-                print(f"parley: {n} turn{'s' if n != 1 else ''} could not be saved: {history.path} could not be "
-                      "written", file=sys.stderr)
+    config = load_config(tts_model=args.model, stt_model=args.whisper, llm_model=args.llm,
+                         speaker=args.speaker, input_device=args.input_device, output_device=args.output_device,
+                         silence_ms=args.silence_ms, listen_mode=args.listen_mode, device=args.device,
+                         history_file=history_path(args.profile), voice_input=not args.text)
+    if args.speaker:  # a misspelt name is told at once, not after loading three models
+        _voice(find_tts_model(config.tts_model or None), config, args.speaker, None, None)
+    printer = _Printer(typed=args.text)
+    with Assistant(config, subscribe=printer) as assistant:
+        assistant.load()
+        if printer.voice_off is not None and not isinstance(printer.voice_off, MicrophoneAccessError):
+            raise printer.voice_off  # the microphone or Whisper model asked for cannot be used: say which
+        info = assistant.info
+        about = f"parley: {info.llm_model.name} and {info.tts_model.name}, voice {info.speaker}"
+        if info.microphone is None:  # typed, or the microphone may not be opened: the conversation goes on typed
+            printer.typed = True
+            return _typed_chat(assistant, printer, about)
+        return _voice_chat(assistant, about)
 
 
 def _figures(metrics) -> str:
@@ -214,102 +237,108 @@ def _figures(metrics) -> str:
     return "  [" + ", ".join(f"{name} {figures[name]:.3g}" for name in FIGURES if name in figures) + "]"
 
 
-def _typed_chat(dialogue, about: str) -> int:
-    # the reply is printed as a whole once spoken, so stderr's figures follow the text they belong to
-    print(f"{about}; type a message, an empty line or Ctrl-D ends", file=sys.stderr)
+class _Printer:
+    """The assistant's events as `parley chat` shows them: what was heard and each reply on stdout (the conversation
+    itself), the rest on stderr. A reply is printed as a whole once spoken, so stderr's figures follow the text they
+    belong to; typed turns are prefixed 'parley: ' only beside spoken ones."""
+
+    def __init__(self, typed: bool):
+        self.typed = typed
+        self.turn_done = threading.Event()  # set when a turn finishes or fails
+        self.voice_off: Exception | None = None  # why speech recognition or the microphone could not be opened
+
+    def __call__(self, event) -> None:
+        from engine import events as e
+        from engine.errors import MicrophoneAccessError
+
+        match event:
+            case e.Loading(label=label) if label:  # a step that takes long for a reason: said, not a seeming hang
+                _err(f"parley: loading the {label}")
+            case e.VoiceInputOff():
+                self.voice_off = event.error
+                if isinstance(event.error, MicrophoneAccessError):  # the others end the command: said then
+                    _err(f"parley: {event.message}")
+            case e.VoiceNotFound():
+                _err(_not_found(event))
+            case e.Notice() | e.TurnFailed() | e.DeviceLost() | e.DeviceRestored():
+                _err(f"parley: {event.message}")
+            case e.Heard():
+                _out(f"you: {event.text}")
+            case e.BargeIn():
+                _err("  [interrupted]")
+            case e.TurnFinished():
+                _out(event.result.reply_text if self.typed else f"parley: {event.result.reply_text}")
+                _err(_figures(event.result.metrics))
+        if isinstance(event, (e.TurnFinished, e.TurnFailed)):
+            self.turn_done.set()
+
+
+def _out(text: str) -> None:
+    print(text, flush=True)
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _typed_chat(assistant, printer: _Printer, about: str) -> int:
+    """A typed line a turn, each spoken before the next is read; an empty line or Ctrl-D ends."""
+    _err(f"{about}; type a message, an empty line or Ctrl-D ends")
     for line in sys.stdin:
         text = line.strip()
         if not text:
             break
-        _reopen_speakers(dialogue.player)
-        try:
-            result = dialogue.text_turn(text)
-        except ParleyError as e:  # one failed turn does not end the conversation
-            print(f"parley: {e}", file=sys.stderr)
-            continue
-        print(result.reply_text, flush=True)
-        print(_figures(result.metrics), file=sys.stderr, flush=True)
+        printer.turn_done.clear()
+        assistant.send(text)
+        printer.turn_done.wait()
     return 0
 
 
-def _reopen_speakers(player) -> None:
-    """Lost speakers are tried again before each typed turn (the voice loop does it by itself)."""
-    from engine.errors import AudioDeviceError
-
-    if player.lost is None:
-        return
-    try:
-        player.reopen()
-    except AudioDeviceError as e:
-        print(f"parley: {e}", file=sys.stderr, flush=True)
-    else:
-        print(f"parley: the speakers are back: output device {player.device.name!r}", file=sys.stderr, flush=True)
-
-
-def _voice_chat(dialogue, args, about: str) -> int:
+def _voice_chat(assistant, about: str) -> int:
     """The microphone conversation until Ctrl-C; push-to-talk: Enter starts and ends each turn, Ctrl-D quits."""
-    from engine.audio import Microphone
-    from engine.errors import MicrophoneAccessError
-    from engine.stt.vad import Mode, VadOptions
-    from engine.voice import (BargeIn, DeviceLost, DeviceRestored, Heard, TurnFailed, TurnFinished, VoiceLoop,
-                              VoiceOptions)
-
-    def show(event):
-        if isinstance(event, Heard):
-            print(f"you: {event.text}", flush=True)
-        elif isinstance(event, TurnFinished):
-            print(f"parley: {event.result.reply_text}", flush=True)
-            print(_figures(event.result.metrics), file=sys.stderr, flush=True)
-        elif isinstance(event, (TurnFailed, DeviceLost, DeviceRestored)):
-            print(f"parley: {event.message}", file=sys.stderr, flush=True)
-        elif isinstance(event, BargeIn):
-            print("  [interrupted]", file=sys.stderr, flush=True)
-
-    mode = Mode.PUSH_TO_TALK if args.push_to_talk else Mode.HANDS_FREE
-    options = VoiceOptions(mode=mode, vad=VadOptions(silence_ms=args.silence_ms))
+    info, push_to_talk = assistant.info, assistant.config.listen_mode == "push-to-talk"
+    how = ("press Enter to talk and Enter again when done; Ctrl-D quits" if push_to_talk
+           else "speak when you like (typed lines are turns too); Ctrl-C quits")
+    _err(f"{about}; hearing {info.microphone}, speaking on {info.speakers_device}; {how}")
     try:
-        mic = Microphone(args.input_device)
-    except MicrophoneAccessError as e:  # the conversation goes on, typed
-        print(f"parley: {e}", file=sys.stderr, flush=True)
-        return _typed_chat(dialogue, about)
-    with mic, VoiceLoop(dialogue, mic, options=options) as loop:
-        loop.subscribe(show)
-        loop.start()
-        how = ("press Enter to talk and Enter again when done; Ctrl-D quits" if args.push_to_talk
-               else "speak when you like (typed lines are turns too); Ctrl-C quits")
-        print(f"{about}; hearing {mic.device.name}, speaking on {dialogue.player.device.name}; {how}",
-              file=sys.stderr, flush=True)
-        try:
-            talking = False
-            for line in sys.stdin:
-                if args.push_to_talk:
-                    talking = not talking
-                    if talking:
-                        loop.press()
-                    else:
-                        loop.release()
-                    print("  [talking: press Enter when done]" if talking else "  [thinking]", file=sys.stderr,
-                          flush=True)
-                elif line.strip():
-                    loop.submit_text(line.strip())
-            if not args.push_to_talk:  # no more typing (stdin closed, or none): keep listening
-                threading.Event().wait()
-        except KeyboardInterrupt:
-            print("", file=sys.stderr)
+        talking = False
+        for line in sys.stdin:
+            if push_to_talk:
+                talking = not talking
+                assistant.press() if talking else assistant.release()
+                _err("  [talking: press Enter when done]" if talking else "  [thinking]")
+            elif line.strip():
+                assistant.send(line.strip())
+        if not push_to_talk:  # no more typing (stdin closed, or none): keep listening
+            threading.Event().wait()
+    except KeyboardInterrupt:
+        _err("")
     return 0
 
 
 def _device(value: str) -> str:
-    """--device's type: cpu, cuda or cuda:N (argparse's usage error otherwise, not a traceback from the engine)."""
+    """`say --device`'s type: cpu, cuda or cuda:N (argparse's usage error otherwise, not a traceback from the engine)."""
     if re.fullmatch(r"cpu|cuda(:\d+)?", value) is None:
         raise argparse.ArgumentTypeError(f"'{value}' is not a device; choose cpu, cuda or cuda:N")
     return value
 
 
+def _engine_device(value: str) -> str:
+    """`chat --device`'s type: one of the engine's device settings, for all three models."""
+    from engine.settings import ENGINE_DEVICES
+
+    if value not in ENGINE_DEVICES:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a device; choose {', '.join(ENGINE_DEVICES)}")
+    return value
+
+
 def _milliseconds(value: str) -> int:
-    """--silence-ms's type: a whole number >= 0, checked before the models load."""
-    if not value.isdecimal():
-        raise argparse.ArgumentTypeError(f"'{value}' is not a whole number of milliseconds >= 0")
+    """--silence-ms's type: a whole number of milliseconds in the settings' range, checked before the models load."""
+    from engine.settings import SILENCE_MS_RANGE
+
+    low, high = SILENCE_MS_RANGE
+    if not value.isdecimal() or not low <= int(value) <= high:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a whole number of milliseconds in {low}..{high}")
     return int(value)
 
 
@@ -331,30 +360,38 @@ def main(argv=None) -> int:
     _show_warnings()
     parser = argparse.ArgumentParser(prog="parley", description="Parley: a private, offline voice assistant.")
     commands = parser.add_subparsers(dest="command", required=True)
+    settings = "default: the app's setting, else"  # engine/settings.py: the file the app writes
     say = commands.add_parser("say", help="speak text on the speakers, or into a WAV file")
     say.add_argument("text", nargs="?", help="what to say; '-' or nothing reads standard input")
     say.add_argument("--out", help="write a WAV file (24 kHz mono) instead of playing")
     say.add_argument("--output-device", help="speaker to play on: a name, part of one, or an index (default: the system's)")
-    say.add_argument("--model", help="checkpoint folder or hub id (default: Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
-    say.add_argument("--speaker", help="voice name (default: the model's first)")
-    say.add_argument("--language", default="auto", help="language name or 'auto'")
-    say.add_argument("--instruct", help="speaking style (1.7B) or voice description (VoiceDesign)")
+    say.add_argument("--model", help=f"checkpoint folder or hub id ({settings} Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
+    say.add_argument("--speaker", help=f"voice name ({settings} the model's first)")
+    say.add_argument("--language", help=f"language name or 'auto' ({settings} auto)")
+    say.add_argument("--instruct", help=f"speaking style (1.7B) or voice description (VoiceDesign) ({settings} none)")
     say.add_argument("--seed", type=int, help="makes the speech reproducible")
-    say.add_argument("--device", default="cpu", type=_device, help="cpu or cuda (cuda:N: the Nth GPU)")
+    say.add_argument("--device", type=_device, help=f"cpu or cuda (cuda:N: the Nth GPU) ({settings} the GPU "
+                     "where there is one)")
     say.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
                      help="default: float32 on CPU, bfloat16 on GPU")
     chat = commands.add_parser("chat", help="talk with Parley through the microphone: replies are printed and spoken")
     chat.add_argument("--text", action="store_true", help="type your turns on standard input (one a line) instead")
-    chat.add_argument("--push-to-talk", action="store_true", help="Enter starts and ends each spoken turn "
-                      "(default: hands-free, a pause ends the turn)")
-    chat.add_argument("--silence-ms", type=_milliseconds, default=700, help="hands-free: the pause that ends a turn (ms)")
-    chat.add_argument("--input-device", help="microphone: a name, part of one, or an index (default: the system's)")
-    chat.add_argument("--output-device", help="speaker: a name, part of one, or an index (default: the system's)")
-    chat.add_argument("--whisper", help="Whisper model: a CTranslate2 folder or hub name (default: the bundled base)")
-    chat.add_argument("--model", help="TTS checkpoint folder or hub id (default: Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
-    chat.add_argument("--llm", help="GGUF chat model file (default: the bundled SmolLM2-135M-Instruct)")
-    chat.add_argument("--speaker", help="voice name (default: the TTS model's first)")
-    chat.add_argument("--device", default="cpu", type=_device, help="cpu or cuda (cuda:N: the Nth GPU), for the TTS")
+    mode = chat.add_mutually_exclusive_group()
+    mode.add_argument("--push-to-talk", dest="listen_mode", action="store_const", const="push-to-talk",
+                      help=f"Enter starts and ends each spoken turn ({settings} hands-free)")
+    mode.add_argument("--hands-free", dest="listen_mode", action="store_const", const="hands-free",
+                      help="a pause ends each spoken turn")
+    chat.add_argument("--silence-ms", type=_milliseconds, help=f"hands-free: the pause that ends a turn ({settings} "
+                      "700 ms)")
+    chat.add_argument("--input-device", help=f"microphone: a name, part of one, or an index ({settings} the system's)")
+    chat.add_argument("--output-device", help=f"speaker: a name, part of one, or an index ({settings} the system's)")
+    chat.add_argument("--whisper", help=f"Whisper model: a CTranslate2 folder or hub name ({settings} the bundled base)")
+    chat.add_argument("--model", help=f"TTS checkpoint folder or hub id ({settings} "
+                      "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
+    chat.add_argument("--llm", help=f"GGUF chat model file ({settings} the bundled SmolLM2-135M-Instruct)")
+    chat.add_argument("--speaker", help=f"voice name ({settings} the TTS model's first)")
+    chat.add_argument("--device", type=_engine_device, help=f"auto, cuda or cpu, for the three models ({settings} "
+                      "auto: the GPU where there is one)")
     chat.add_argument("--profile", default="default", help="whose history the turns are saved in")
     args = parser.parse_args(argv)
     try:

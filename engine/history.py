@@ -23,7 +23,7 @@ from types import MappingProxyType
 
 from engine.errors import HistoryError
 
-__all__ = ["Conversation", "ConversationSummary", "HistoryStore", "Turn", "history_path"]
+__all__ = ["Conversation", "ConversationSummary", "HistoryStore", "Turn", "erase_history", "history_path"]
 
 ROLES = ("system", "user", "assistant")
 SCHEMA_VERSION = 1
@@ -123,6 +123,18 @@ class Conversation:
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def erase_history(path: Path) -> None:
+    """Erase every conversation in a history file, in place (HistoryStore.erase_all), where no store of this
+    process holds it open; a file that does not exist has nothing to erase (and is not made).
+
+    Raises:
+        HistoryError: the file is locked, not writable or not a history (the message says what is left).
+    """
+    if Path(path).exists():
+        with HistoryStore(path) as store:
+            store.erase_all()
 
 
 class HistoryStore:

@@ -4,7 +4,7 @@ A listening thread reads 16 kHz blocks from the Microphone (engine/audio/microph
 Endpointer (engine/stt/vad.py, hands-free or push-to-talk) and reports the input level and the start of
 speech; each finished utterance is queued, beside typed and speak-only text, for one turn worker that
 runs them through the Dialogue (engine/pipeline.py). Speech that starts while Parley talks stops it at
-once (barge-in) and becomes the next turn. Subscribers get the small frozen events below, on the loop's
+once (barge-in) and becomes the next turn. Subscribers get the events of engine/events.py, on the loop's
 own threads; the figures still come from `dialogue.metrics` (engine/metrics.py).
 """
 
@@ -23,128 +23,17 @@ import numpy as np
 
 from engine.audio.devices import silence_error
 from engine.errors import AudioDeviceError, AudioDeviceLostError, ParleyError
+from engine.events import (BargeIn, DeviceLost, DeviceRestored, Heard, Level, Notice, Partial, ReplyText,
+                           SpeakingClause, SpeechStarted, StateChanged, TurnFailed, TurnFinished)
 from engine.pipeline import Dialogue, TurnHooks, TurnResult
 from engine.stt.vad import BLOCK_SAMPLES, SAMPLE_RATE_HZ, Endpointer, Mode, SileroVad, SpeechStart, VadOptions
 from engine.subscribers import Subscribers
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "BargeIn", "DeviceLost", "DeviceRestored", "Heard", "Level", "Mode", "Notice", "Partial", "ReplyText",
-    "SpeakingClause", "SpeechStarted", "StateChanged", "TurnFailed", "TurnFinished", "VadOptions", "VoiceLoop",
-    "VoiceOptions",
-]  # fmt: skip
+__all__ = ["SILENT_DBFS", "Mode", "VadOptions", "VoiceLoop", "VoiceOptions"]
 
-STATES = ("listening", "hearing", "thinking", "speaking", "idle", "muted")
 SILENT_DBFS = -100.0  # the level reported for digital silence (a muted microphone), instead of -inf
-
-
-# -- events ---------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Level:
-    """The microphone's input level over the last options.level_interval_ms (~10 a second), in dBFS
-    (0 is full scale; SILENT_DBFS for silence)."""
-
-    rms_dbfs: float
-
-
-@dataclass(frozen=True)
-class SpeechStarted:
-    """The user began speaking (the VAD heard min_speech_ms of speech, or speech after press())."""
-
-
-@dataclass(frozen=True)
-class Partial:
-    """What the user has said so far, re-transcribed while they speak (only with options.partials)."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class Heard:
-    """The final transcript of a voice turn, before the LLM answers it."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class ReplyText:
-    """The LLM's reply so far (it grows token by token); for a speak-only turn, its text, once."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class SpeakingClause:
-    """The first sample of this clause of the reply was handed to the sound card; index 0, 1, ..."""
-
-    text: str
-    index: int
-
-
-@dataclass(frozen=True)
-class TurnFinished:
-    """A turn ended normally or by barge-in (result.interrupted)."""
-
-    result: TurnResult
-
-
-@dataclass(frozen=True)
-class TurnFailed:
-    """A turn (or the microphone) failed; message is for the user. The loop goes on with the next turn;
-    what had been said and heard is already saved."""
-
-    message: str
-    error: Exception
-
-
-@dataclass(frozen=True)
-class Notice:
-    """A fault the turn got past (TurnHooks.notice): the history could not be written yet (the turn is
-    kept and saved later), or the GPU ran out of memory and the TTS moved to the CPU. message is for
-    the user; error is the ParleyError (HistoryError, GPUUnavailableError)."""
-
-    message: str
-    error: ParleyError
-
-
-@dataclass(frozen=True)
-class DeviceLost:
-    """The speakers (kind "output") or the microphone ("input") stopped: unplugged, or the sound server quit.
-    A turn that was speaking fails (TurnFailed; what was heard is saved); an utterance being heard becomes
-    a turn with what was said so far. The loop opens the device again every options.device_retry_ms
-    and emits DeviceRestored when it works. message is for the user; error is the AudioDeviceLostError.
-    A microphone that delivers only digital silence is reported so too (MicrophoneSilentError): its stream
-    runs on, the loop keeps listening, and DeviceRestored follows its first sound."""
-
-    kind: str
-    message: str
-    error: AudioDeviceLostError
-
-
-@dataclass(frozen=True)
-class DeviceRestored:
-    """The device of DeviceLost works again (the same one, opened anew); message is for the user."""
-
-    kind: str
-    message: str
-
-
-@dataclass(frozen=True)
-class BargeIn:
-    """Parley's speech was cut off: the user spoke or pressed the key over it, or stop() was called."""
-
-
-@dataclass(frozen=True)
-class StateChanged:
-    """What the loop is doing now; state is one of STATES:
-    "listening" (waiting for speech: hands-free, or the push-to-talk key is down), "hearing" (the user
-    is speaking), "thinking" (transcribing, or waiting for the reply's first audio), "speaking",
-    "muted" (the microphone is muted and no turn runs), "idle" (not started or closed, push-to-talk
-    with the key up, or no microphone)."""
-
-    state: str
 
 
 # -- options --------------------------------------------------------------------------------------
@@ -331,7 +220,7 @@ class VoiceLoop:
 
     @property
     def state(self) -> str:
-        """The last state announced by StateChanged (one of STATES)."""
+        """The last state announced by StateChanged (one of engine.events.STATES)."""
         return self._state
 
     def _update(self, **changes) -> None:

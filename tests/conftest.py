@@ -15,10 +15,14 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from engine.events import Level, ReplyText, StateChanged  # light: no sound library is imported
+
 
 NULL_SINK_RATE_HZ = 48_000
 
@@ -88,6 +92,15 @@ def hum(env: dict, sink: str) -> str:
         if f"Owner Module: {module}" in (line.strip() for line in block.splitlines()):
             pactl("set-sink-input-volume", block.split()[0], "0.001")  # a linear factor: -60 dB
     return module
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_settings_folder(tmp_path_factory):
+    """The user's own settings file (engine/settings.py: $XDG_CONFIG_HOME/Parley/Parley.conf, which the app writes
+    and `parley` reads) is never read or written by a test, nor by a command it runs: the session's own folder,
+    set before the first test (Qt reads the variable once, at the first QSettings). A test that wants settings
+    writes its own file."""
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config"))
 
 
 @pytest.fixture(scope="session")
@@ -289,3 +302,39 @@ def user_mic(sound_server):
         hush()
         pactl("unload-module", module)
         pactl("unload-module", cli)
+
+
+class Events:
+    """Every event a voice loop or an assistant emits (engine/events.py), in order, with waits that wake on each
+    new one (no sleeps). Subscribe the object itself."""
+
+    def __init__(self):
+        self.seen = []
+        self._changed = threading.Condition()
+
+    def __call__(self, event):
+        with self._changed:
+            self.seen.append(event)
+            self._changed.notify_all()
+
+    def of(self, event_class, /, **fields):
+        """The events of `event_class` so far whose fields have these values."""
+        with self._changed:
+            return [e for e in self.seen
+                    if isinstance(e, event_class) and all(getattr(e, k) == v for k, v in fields.items())]
+
+    def wait(self, predicate, what: str, timeout_s: float = 120):
+        """Waits until predicate(events so far) is true; fails the test naming `what` otherwise."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: predicate(self.seen), timeout_s):
+                shown = [e for e in self.seen if not isinstance(e, (Level, ReplyText))]
+                pytest.fail(f"no {what} within {timeout_s} s; events (no levels or reply text): {shown}")
+
+    def wait_for(self, event_class, /, what: str = "", count: int = 1, **fields):
+        """The count-th event of `event_class` (with these field values)."""
+        self.wait(lambda seen: len(self.of(event_class, **fields)) >= count,
+                  what or f"{event_class.__name__} {fields or ''}")
+        return self.of(event_class, **fields)[count - 1]
+
+    def states(self):
+        return [e.state for e in self.of(StateChanged)]

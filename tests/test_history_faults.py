@@ -17,7 +17,8 @@ from engine.llm.chat import ChatModel, ChatOptions
 from engine.llm.clauses import ClauseOptions
 from engine.metrics import MetricsRecorder
 from engine.pipeline import Dialogue, DialogueOptions, TurnHooks
-from engine.voice import Notice, TurnFinished, VoiceLoop
+from engine.events import Notice, TurnFinished
+from engine.voice import VoiceLoop
 
 WAIT_S = 120  # generous: the null sink runs slow and the machine is shared
 CLAUSES = ClauseOptions(min_first_words=1, min_words=2)

@@ -17,50 +17,16 @@ from engine.llm.chat import ChatModel, ChatOptions
 from engine.llm.clauses import ClauseOptions, split_clauses
 from engine.metrics import FIGURES, MetricsRecorder
 from engine.pipeline import Dialogue, DialogueOptions
-from engine.voice import (
-    SILENT_DBFS, BargeIn, DeviceLost, DeviceRestored, Heard, Level, Mode, Partial, ReplyText, SpeakingClause, SpeechStarted,
-    StateChanged, TurnFailed, TurnFinished, VadOptions, VoiceLoop, VoiceOptions,
+from engine.events import (
+    BargeIn, DeviceLost, DeviceRestored, Heard, Level, Partial, ReplyText, SpeakingClause, SpeechStarted, StateChanged,
+    TurnFailed, TurnFinished,
 )  # fmt: skip
-from tests.conftest import QUESTION, QUESTION_WORD, SECOND_QUESTION, SECOND_WORD
+from engine.voice import SILENT_DBFS, Mode, VadOptions, VoiceLoop, VoiceOptions
+from tests.conftest import QUESTION, QUESTION_WORD, SECOND_QUESTION, SECOND_WORD, Events
 
 WAIT_S = 120  # generous: the null sinks run slow and the machine is shared
 CLAUSES = ClauseOptions(min_first_words=1, min_words=2)
 VAD = VadOptions(silence_ms=500)
-
-
-class Events:
-    """Every event the loop emits, in order, with waits that wake on each new one (no sleeps)."""
-
-    def __init__(self):
-        self.seen = []
-        self._changed = threading.Condition()
-
-    def __call__(self, event):
-        with self._changed:
-            self.seen.append(event)
-            self._changed.notify_all()
-
-    def of(self, event_class, /, **fields):
-        """The events of `event_class` so far whose fields have these values."""
-        with self._changed:
-            return [e for e in self.seen
-                    if isinstance(e, event_class) and all(getattr(e, k) == v for k, v in fields.items())]
-
-    def wait(self, predicate, what: str, timeout_s: float = WAIT_S):
-        """Waits until predicate(events so far) is true; fails the test naming `what` otherwise."""
-        with self._changed:
-            if not self._changed.wait_for(lambda: predicate(self.seen), timeout_s):
-                shown = [e for e in self.seen if not isinstance(e, (Level, ReplyText))]
-                pytest.fail(f"no {what} within {timeout_s} s; events (no levels or reply text): {shown}")
-
-    def wait_for(self, event_class, /, what: str = "", count: int = 1, **fields):
-        """The count-th event of `event_class` (with these field values)."""
-        self.wait(lambda seen: len(self.of(event_class, **fields)) >= count,
-                  what or f"{event_class.__name__} {fields or ''}")
-        return self.of(event_class, **fields)[count - 1]
-
-    def states(self):
-        return [e.state for e in self.of(StateChanged)]
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,12 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
 
-from app.worker import EngineInfo  # noqa: E402
+from engine.assistant import AssistantInfo  # noqa: E402
 
-# what the worker reports for a loaded 0.6B CustomVoice model, for tests that emit its signals themselves
-INFO = EngineInfo(speakers=("aiden", "ryan"), languages=("english", "german"), speaker="aiden",
-                  device="cpu", tts_model=Path("/m/tts"), llm_model=Path("/m/llm.gguf"), stt_model=Path("/m/stt"),
-                  microphone="default", speakers_device="default", conversation_id=None)
+# what the assistant reports for a loaded 0.6B CustomVoice model (Ready), for tests that emit its events themselves
+INFO = AssistantInfo(speakers=("aiden", "ryan"), languages=("english", "german"), speaker="aiden",
+                     device="cpu", tts_model=Path("/m/tts"), llm_model=Path("/m/llm.gguf"), stt_model=Path("/m/stt"),
+                     microphone="default", speakers_device="default", conversation_id=None)
 
 
 @pytest.fixture(autouse=True)

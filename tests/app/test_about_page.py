@@ -9,9 +9,10 @@ from PySide6.QtCore import QObject, Qt, QUrl, Slot
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QLabel, QMessageBox, QPushButton
 
-from app.about_page import LICENSES, AboutPage, erase_failed, erase_history, parley_version
+from app.about_page import LICENSES, AboutPage, parley_version
+from app.errors import erase_failed
 from app.main_window import MainWindow
-from engine.history import HistoryStore, Turn
+from engine.history import HistoryStore, Turn, erase_history
 from tests.test_history import bytes_on_disk
 
 SECRET = "my bank PIN is zebra-4711"  # what must not survive "Delete all history"

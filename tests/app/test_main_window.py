@@ -1,14 +1,16 @@
 """The main window's controls on real widgets: what each key and button asks of the worker, and how the
-worker's signals show. The worker's thread is not started here (tests/app/test_engine_window.py runs
-the window on the real engine); its signals are emitted as the worker would emit them."""
+engine's events show. The worker's thread is not started here (tests/app/test_engine_window.py runs
+the window on the real engine); the events are emitted through its signal as the worker would relay them."""
 
 import pytest
 from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QApplication
 
-from app.errors import Problem
 from app.main_window import MainWindow
+from engine.errors import AudioDeviceLostError, AudioDeviceError, GPUUnavailableError, ModelFilesError
+from engine.events import (DeviceLost, DeviceRestored, Figures, Heard, Level, Loading, LoadFailed, Notice, Partial,
+                           Ready, ReplyText, SpeakingClause, StateChanged, TurnFailed, VoiceInputOff, VoiceNotFound)
 from engine.metrics import MetricsRecorder, TurnMetrics
 from tests.app.conftest import INFO
 
@@ -25,7 +27,7 @@ def window(qtbot, settings, tmp_path):
 def ready(window, **changes):
     from dataclasses import replace
 
-    window.worker.ready.emit(replace(INFO, **changes))
+    window.worker.event.emit(Ready(replace(INFO, **changes)))
 
 
 def test_enter_sends_the_text_and_ctrl_enter_only_speaks_it(window, qtbot):
@@ -61,17 +63,18 @@ def test_text_typed_while_the_models_load_stays_in_the_box(window, qtbot):
 def test_loading_names_each_step_where_the_state_is_and_the_talk_button_waits(window, qtbot):
     """While the models load, the state line names the step (the bar beside it is a thin line with no room for
     words), the talk button says "Loading…" and takes no press; ready, it listens; a failed load says "Not ready"."""
-    window.worker.progress.emit("speech model (first start: compiling its GPU kernel, about a minute)", 2, 7)
+    window.worker.event.emit(Loading("speech model", 2, 7, "speech model (first start: compiling its GPU kernel, "
+                                                          "about a minute)"))
     assert window.state_label.text() == "Loading the speech model (first start: compiling its GPU kernel, about a minute)…"
     assert not window.load_bar.isHidden() and window.load_bar.value() == 2
     assert window.talk_button.text() == "Loading…" and not window.talk_button.isEnabled()
-    window.worker.progress.emit("conversation", 7, 7)
+    window.worker.event.emit(Loading("conversation", 7, 7))
     ready(window)
     assert window.load_bar.isHidden() and window.talk_button.text() == "Listening — just speak"
 
-    window.worker.progress.emit("history", 0, 7)  # settings that need new models: loading again
+    window.worker.event.emit(Loading("history", 0, 7))  # settings that need new models: loading again
     assert window.state_label.text() == "Loading the history…"
-    window.worker.failed.emit(Problem("The speech model is missing", "no folder", "Download it.", "models"))
+    window.worker.event.emit(LoadFailed("speech model", ModelFilesError("/m/tts: no such model folder")))
     assert window.talk_button.text() == "Not ready" and window.state_label.text().startswith("Not ready")
 
 
@@ -131,34 +134,32 @@ def test_escape_stops_and_ctrl_m_mutes(window, qtbot):
     assert muted.args == [True] and window.mute_button.isChecked() and window.mute_button.text() == "Unmute"
 
 
-def test_the_workers_signals_drive_the_conversation_meter_and_state(window, qtbot):
-    """Heard, reply text, spoken clauses, the end of a turn, metrics and states show in the window."""
+def test_the_engines_events_drive_the_conversation_meter_and_state(window, qtbot):
+    """Heard, reply text, spoken clauses, the end of a turn, figures and states show in the window."""
     ready(window)
-    w = window.worker
-    w.state_changed.emit("hearing")
+    emit = window.worker.event.emit
+    emit(StateChanged("hearing"))
     assert window.state_label.text() == "Hearing you…" and window.talk_button.property("state") == "hearing"
-    w.partial.emit("name three")
-    w.heard.emit("Name three colors.")
-    w.reply_text.emit("Red, green")
-    w.reply_text.emit("Red, green and blue.")
-    w.speaking_clause.emit("Red, green and blue.", 0)
+    emit(Partial("name three"))
+    emit(Heard("Name three colors."))
+    emit(ReplyText("Red, green"))
+    emit(ReplyText("Red, green and blue."))
+    emit(SpeakingClause("Red, green and blue.", 0))
     recorder = MetricsRecorder()
-    recorder.subscribe(lambda m: w.metrics.emit(m, dict(recorder.summary())))
+    recorder.subscribe(lambda m: emit(Figures(m, dict(recorder.summary()))))
     recorder.record(TurnMetrics(tts_ttfc_ms=140.0, tts_rtf=0.5, llm_ttft_ms=90.0))
     assert [(b.role, b.text) for b in window.chat.bubbles] == [("user", "Name three colors."),
                                                              ("assistant", "Red, green and blue.")]
     assert window.meter.values["tts_ttfc_ms"][1].text() == "140 ms"
-    w.level.emit(-30.0)
+    emit(Level(-30.0))
     assert window.meter.level.fraction() == 0.5
 
 
 def test_a_failed_load_shows_a_dialog_whose_button_opens_the_settings(window, qtbot):
-    """A loading Problem is a dialog with the headline and a way forward; its button opens that page."""
-    problem = Problem("A sound device is not working (loading the speakers)", "no output device",
-                      "Choose another one in Settings.", "settings")
-    window.worker.failed.emit(problem)
+    """A failed load is a dialog with the headline and a way forward; its button opens that page."""
+    window.worker.event.emit(LoadFailed("speakers", AudioDeviceError("no output device")))
     dialog = window.dialog
-    assert dialog.isVisible() and dialog.text() == problem.headline
+    assert dialog.isVisible() and dialog.text() == "A sound device is not working (loading the speakers)"
     assert window.info is None and "Not ready" in window.state_label.text()
     dialog.action_button.click()
     from app.settings_dialog import SettingsDialog
@@ -168,10 +169,11 @@ def test_a_failed_load_shows_a_dialog_whose_button_opens_the_settings(window, qt
 
 def test_a_notice_keeps_the_conversation_going_and_says_what_to_do(window, qtbot):
     """No microphone: a notice bar (not a dialog), typing still works, the talk button says why it is off."""
-    window.worker.notice.emit(Problem("Voice input is off: no microphone", "this machine has no input device",
-                                      "You can still type to Parley.", "settings"))
+    window.worker.event.emit(VoiceInputOff("this machine has no input device", AudioDeviceError(
+        "this machine has no input device"), "opening the microphone"))
     ready(window, microphone=None)
-    assert not window.notice.isHidden() and "no microphone" in window.notice.label.text()
+    assert not window.notice.isHidden() and "Voice input is off: a sound device" in window.notice.label.text()
+    assert "You can still type to Parley." in window.notice.label.text()
     assert window.dialog is None
     assert not window.talk_button.isEnabled() and "type below" in window.talk_button.text()
     qtbot.keyClicks(window.message, "typed")
@@ -193,11 +195,11 @@ def test_speech_without_the_megakernel_is_told_once_per_reason(window, qtbot, se
     ready(window, device="cuda", megakernel_problem=no_toolkit)  # the next start, the same reason
     assert window.notice.isHidden() and "without its fast kernel" in window.statusBar().currentMessage()
 
-    window.worker.notice.emit(Problem("Voice input is off: no microphone", "this machine has no input device",
-                                      "You can still type to Parley.", "settings"))
+    window.worker.event.emit(VoiceInputOff("this machine has no input device", AudioDeviceError(
+        "this machine has no input device"), "opening the microphone"))
     old_gpu = "the megakernel needs compute capability 8.0+, found 7.5 (Tesla T4)"
     ready(window, device="cuda", microphone=None, megakernel_problem=old_gpu)
-    assert "no microphone" in window.notice.label.text()
+    assert "no input device" in window.notice.label.text()
     window.notice.hide()
     ready(window, device="cuda", megakernel_problem=old_gpu)
     assert not window.notice.isHidden() and "Tesla T4" in window.notice.label.text()
@@ -213,22 +215,19 @@ def test_speech_without_the_megakernel_is_told_once_per_reason(window, qtbot, se
 def test_lost_devices_show_in_the_notice_bar_until_they_are_back(window, qtbot):
     """Speakers and microphone lost: each in the notice bar, never a dialog (a turn that failed for it too);
     the microphone back brings the speakers' notice back, the speakers back hides the bar and says so."""
-    from app.errors import problem_for
-    from engine.errors import AudioDeviceLostError
-
     ready(window)
-    speakers = problem_for(AudioDeviceLostError("the speakers were disconnected: gone", "output"), "speaking")
-    microphone = problem_for(AudioDeviceLostError("the microphone was disconnected: gone", "input"), "speaking")
-    w = window.worker
-    w.device_lost.emit("output", speakers)
-    w.turn_failed.emit(speakers)
-    w.device_lost.emit("input", microphone)
+    speakers = AudioDeviceLostError("the speakers were disconnected: gone", "output")
+    microphone = AudioDeviceLostError("the microphone was disconnected: gone", "input")
+    emit = window.worker.event.emit
+    emit(DeviceLost("output", str(speakers), speakers))
+    emit(TurnFailed(str(speakers), speakers))
+    emit(DeviceLost("input", str(microphone), microphone))
     assert not window.notice.isHidden() and "The microphone was disconnected" in window.notice.label.text()
     assert window.dialog is None
-    w.device_restored.emit("input", "the microphone is back: input device 'default'")
+    emit(DeviceRestored("input", "the microphone is back: input device 'default'"))
     assert "The speakers were disconnected" in window.notice.label.text() and not window.notice.isHidden()
     assert window.statusBar().currentMessage() == "The microphone is back: input device 'default'"
-    w.device_restored.emit("output", "the speakers are back: output device 'default'")
+    emit(DeviceRestored("output", "the speakers are back: output device 'default'"))
     assert window.notice.isHidden() and window.statusBar().currentMessage().startswith("The speakers are back")
 
 
@@ -275,10 +274,8 @@ def test_ctrl_h_lists_saved_conversations_and_reopening_one_shows_it(window, qtb
 
 def test_a_missing_model_opens_the_models_page_at_once(window, qtbot):
     """At first run (no model found) the Models page opens by itself, with the reason above the conversation."""
-    problem = Problem("A model is missing or damaged (loading the speech model)",
-                      "the speech model Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice is not on this machine",
-                      "Choose or download the model on the Models page.", "models")
-    window.worker.failed.emit(problem)
+    window.worker.event.emit(LoadFailed("speech model", ModelFilesError(
+        "the speech model Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice is not on this machine")))
     page = window.models_page
     assert page is not None and page.isVisible() and page.objectName() == "modelsPage"
     assert not window.notice.isHidden() and window.notice.button.text() == "Open Models…"
@@ -299,7 +296,7 @@ def test_the_meters_labels_fit_at_the_smallest_window_size_and_its_card_is_paint
     figures = {name: 12345.0 for name, _, unit in SHOWN if unit == "ms"}
     recorder = MetricsRecorder()
     recorder.record(TurnMetrics(turn=0, tts_rtf=10.5, **figures))
-    window.worker.metrics.emit(TurnMetrics(turn=0, tts_rtf=10.5, **figures), recorder.summary())
+    window.worker.event.emit(Figures(TurnMetrics(turn=0, tts_rtf=10.5, **figures), dict(recorder.summary())))
     qtbot.waitUntil(lambda: window.meter.values["llm_ttft_ms"][0].text() == "12345 ms")
     QApplication.processEvents()  # the layouts take the longer texts' sizes
     smallest = window.minimumSizeHint().expandedTo(window.minimumSize())
@@ -312,3 +309,16 @@ def test_the_meters_labels_fit_at_the_smallest_window_size_and_its_card_is_paint
     assert cut == []
     assert window.meter.testAttribute(Qt.WidgetAttribute.WA_StyledBackground)
     assert window.send_button.isDefault()
+
+
+def test_notices_of_the_gpu_and_of_a_voice_the_model_lacks_say_what_to_do(window, qtbot):
+    """A GPU that is missing: the notice bar says the CPU is used and leads to Settings; a configured voice the model
+    lacks: the bar names it, the voices there are and the one speaking, and leads to Settings too."""
+    gpu = GPUUnavailableError("the settings ask for the GPU (CUDA), but torch finds no CUDA device")
+    window.worker.event.emit(Notice(str(gpu), gpu, "loading the models"))
+    assert "Parley is using the CPU" in window.notice.label.text() and window.notice.button.text() == "Open Settings…"
+    window.worker.event.emit(VoiceNotFound("Nobody", ("aiden", "ryan"), "aiden"))
+    problem = window.notice.problem
+    assert problem.headline == "This speech model has no voice of that name" and problem.action == "settings"
+    assert problem.detail == "'Nobody' is not one of its voices (aiden, ryan); Parley speaks as 'aiden'."
+    assert window.dialog is None

@@ -1,11 +1,13 @@
-"""Settings: typed values on the shared QSettings keys, persisted to the file, refused when invalid."""
+"""Settings: typed values on the shared QSettings keys, persisted to the file, refused when invalid, and read back
+by the engine (engine/settings.py: the command line reads the same file)."""
 
 import shutil
 
 import pytest
 from PySide6.QtCore import QSettings
 
-from app.settings import DEFAULT_SILENCE_MS, EngineConfig, Settings
+from app.settings import Settings
+from engine.settings import AssistantConfig, read_settings
 
 
 def test_defaults_are_the_engines_own(settings):
@@ -13,7 +15,7 @@ def test_defaults_are_the_engines_own(settings):
     echo cancellation on."""
     from engine.stt.vad import VadOptions
 
-    assert DEFAULT_SILENCE_MS == VadOptions().silence_ms == settings.silence_ms
+    assert AssistantConfig().silence_ms == VadOptions().silence_ms == settings.silence_ms
     assert (settings.tts_model, settings.llm_model, settings.stt_model) == ("", "", "")
     assert (settings.listen_mode, settings.device, settings.theme, settings.language) == \
         ("hands-free", "auto", "system", "auto")
@@ -38,6 +40,8 @@ def test_every_setting_persists_under_the_shared_key(settings, tmp_path):
     assert "echo_cancellation=false" in (tmp_path / "parley.ini").read_text()
     again = Settings(raw)
     assert {name: getattr(again, name) for name in chosen} == chosen
+    del chosen["theme"]  # the window's own
+    assert read_settings(tmp_path / "parley.ini") == chosen  # the engine reads what the app wrote
 
 
 def test_invalid_values_are_refused_and_nothing_is_written(settings):
@@ -59,7 +63,7 @@ def test_a_hand_edited_file_with_bad_values_reads_as_the_defaults(settings):
     settings.store.setValue("listen/silence_ms", "soon")
     settings.store.setValue("engine/device", "cuda")
     settings.store.setValue("listen/echo_cancellation", "maybe")
-    assert settings.listen_mode == "hands-free" and settings.silence_ms == DEFAULT_SILENCE_MS
+    assert settings.listen_mode == "hands-free" and settings.silence_ms == AssistantConfig().silence_ms
     assert settings.echo_cancellation is True
     assert settings.device == "cuda"  # the good one still counts
 
@@ -77,11 +81,11 @@ def test_echo_cancellation_turned_off_stays_off_at_the_next_start(settings, tmp_
         assert later.echo_cancellation is value
 
 
-def test_engine_config_carries_the_settings_and_knows_what_needs_a_reload(settings, tmp_path):
-    """engine_config() copies the stored values; only model, device or engine changes need the models reloaded."""
+def test_assistant_config_carries_the_settings_and_knows_what_needs_a_reload(settings, tmp_path):
+    """assistant_config() copies the stored values; only model, device or engine changes need the models reloaded."""
     settings.speaker, settings.silence_ms, settings.tts_model = "aiden", 900, "/m/tts"
     settings.echo_cancellation = False
-    config = settings.engine_config(tmp_path / "h.sqlite3")
+    config = settings.assistant_config(tmp_path / "h.sqlite3")
     assert (config.speaker, config.silence_ms, config.tts_model) == ("aiden", 900, "/m/tts")
     assert config.echo_cancellation is False
     assert config.history_file == tmp_path / "h.sqlite3"
@@ -91,5 +95,5 @@ def test_engine_config_carries_the_settings_and_knows_what_needs_a_reload(settin
                                             echo_cancellation=True))
     assert config.models_differ(replace(config, device="cpu"))
     assert config.models_differ(replace(config, output_device="pulse"))
-    with pytest.raises(ValueError, match="listen_mode"):
-        EngineConfig(listen_mode="maybe")
+    with pytest.raises(ValueError, match="listen/mode must be one of hands-free, push-to-talk; got 'maybe'"):
+        AssistantConfig(listen_mode="maybe")

@@ -2,8 +2,8 @@
 
 from PySide6.QtWidgets import QDialogButtonBox
 
-from app.settings import DEFAULT_VOICE_DESCRIPTION
 from app.settings_dialog import SettingsDialog
+from engine.assistant import DEFAULT_VOICE_DESCRIPTION
 from tests.app.conftest import INFO
 
 

@@ -175,8 +175,9 @@ def test_the_loop_saves_the_cut_turn_says_the_speakers_are_gone_and_speaks_again
     DeviceRestored by itself, and the next turn is spoken and saved."""
     from engine.audio import Player
     from engine.history import HistoryStore
-    from engine.voice import DeviceLost, DeviceRestored, SpeakingClause, TurnFailed, TurnFinished, VoiceLoop
-    from tests.test_voice import Events  # that module needs llama_cpp, which the Player and Microphone tests do not
+    from engine.events import DeviceLost, DeviceRestored, SpeakingClause, TurnFailed, TurnFinished
+    from engine.voice import VoiceLoop
+    from tests.conftest import Events
 
     long_text = "First part, second part, third part, fourth part, fifth part, sixth part, the end."
     events = Events()
@@ -213,11 +214,11 @@ def test_a_headset_unplugged_mid_sentence_keeps_what_was_said_and_the_loop_liste
     disconnected'), the words said so far become a turn that is saved (its reply cannot be spoken: TurnFailed);
     plugged back, DeviceRestored for each comes by itself, and a new question is heard, answered and spoken."""
     from engine.audio import Microphone, Player
+    from engine.events import DeviceLost, DeviceRestored, Heard, Level, SpeechStarted, TurnFailed, TurnFinished
     from engine.history import HistoryStore
     from engine.stt.vad import VadOptions
-    from engine.voice import (DeviceLost, DeviceRestored, Heard, Level, SpeechStarted, TurnFailed, TurnFinished,
-                              VoiceLoop, VoiceOptions)
-    from tests.test_voice import Events
+    from engine.voice import VoiceLoop, VoiceOptions
+    from tests.conftest import Events
 
     plugs.plug("headmic", f"rate={MIC_RATE_HZ}", "channels=1")
     plugs.route("vsink", "headmic.monitor")  # Parley speaks on vsink, the user into headmic: no echo

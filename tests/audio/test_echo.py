@@ -252,7 +252,7 @@ def loopback_loop(sound_server, chat, short_tts, transcriber, speak, tmp_path):
     from engine.llm.clauses import ClauseOptions
     from engine.pipeline import Dialogue, DialogueOptions
     from engine.voice import VadOptions, VoiceLoop, VoiceOptions
-    from tests.test_voice import Events
+    from tests.conftest import Events
 
     chat.clear_history()
     with ExitStack() as stack:
@@ -272,7 +272,7 @@ def loopback_loop(sound_server, chat, short_tts, transcriber, speak, tmp_path):
 
 
 def test_parleys_own_voice_from_the_speakers_does_not_barge_in(loopback_loop):
-    from engine.voice import BargeIn, Heard, SpeechStarted, TurnFinished
+    from engine.events import BargeIn, Heard, SpeechStarted, TurnFinished
 
     loop, events, dialogue = loopback_loop()
     loop.submit_text(REPLY, speak_only=True)
@@ -286,7 +286,7 @@ def test_parleys_own_voice_from_the_speakers_does_not_barge_in(loopback_loop):
 def test_with_neither_echo_cancellation_nor_the_level_gate_parleys_own_voice_barges_in(loopback_loop):
     """The control for the test above: the same echo is taken for the user once nothing stops it (the
     gate opened wide: its loudest-block floor alone, for one block)."""
-    from engine.voice import BargeIn, TurnFinished
+    from engine.events import BargeIn, TurnFinished
 
     loop, events, _ = loopback_loop(echo_cancellation=False, barge_in_margin_db=0.0, barge_in_min_dbfs=-100.0,
                                     barge_in_ms=1)
@@ -296,7 +296,7 @@ def test_with_neither_echo_cancellation_nor_the_level_gate_parleys_own_voice_bar
 
 
 def test_a_second_voice_over_parleys_speech_barges_in_and_is_heard(loopback_loop, sound_server, tmp_path):
-    from engine.voice import BargeIn, Heard, TurnFinished
+    from engine.events import BargeIn, Heard, TurnFinished
 
     loop, events, dialogue = loopback_loop()
     loop.submit_text(REPLY, speak_only=True)
@@ -326,7 +326,7 @@ def test_over_a_headset_the_users_voice_over_parleys_barges_in_with_echo_cancell
     voice over the reply barges in and becomes the turn (AEC3 alone takes it for echo in patches: the soak with
     the canceller on lost a turn so, docs/BENCHMARKS.md)."""
     from engine.audio.echo import PATH_WINDOW_S
-    from engine.voice import BargeIn, Heard, TurnFinished
+    from engine.events import BargeIn, Heard, TurnFinished
 
     loop, events, dialogue = loopback_loop()
     loop.submit_text(REPLY, speak_only=True)

@@ -1,0 +1,470 @@
+"""Parley's assistant: the one object through which the desktop app and `parley chat` hold a conversation.
+
+Built from one AssistantConfig (engine/settings.py), it opens the parts in order (the history, the LLM, the speech
+model, speech recognition, the speakers, the microphone), runs the conversation in a Dialogue and its VoiceLoop
+(engine/pipeline.py, engine/voice.py), takes new settings in place where it can, and closes everything in reverse
+order. It reports everything as events (engine/events.py) to its subscribers. It has no thread of its own: calls
+run on the caller's thread (the app's worker thread, the command line's main thread) and return at once, but
+load() (which takes seconds to minutes) and the history commands; the conversation runs on the loop's threads.
+
+    assistant = Assistant(load_config(), subscribe=print)
+    assistant.load()                    # Loading events, then Ready; raises what stopped it (LoadFailed first)
+    assistant.send("Hello!")            # a typed turn; TurnFinished when it has been spoken
+    assistant.close()
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine.errors import GPUUnavailableError, HistoryError, InputTextError
+from engine.events import ConversationEnded, Figures, HistoryErased, Loading, LoadFailed, Notice, Ready, \
+    VoiceInputOff, VoiceNotFound
+from engine.settings import AssistantConfig
+from engine.subscribers import Subscribers
+
+if TYPE_CHECKING:
+    from engine.tts.config import TTSConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_VOICE_DESCRIPTION", "STEPS", "Assistant", "AssistantInfo", "ConfiguredVoice", "configured_voice",
+           "style_kind"]
+
+# Loading's steps, in order (Loading.step, LoadFailed.step)
+STEPS = ("history", "language model", "speech model", "speech recognition", "speakers", "microphone", "conversation")
+# The voice a VoiceDesign model speaks in until the user describes one: such a model has no voice of its own, and an
+# empty description would stop it speaking at all
+DEFAULT_VOICE_DESCRIPTION = "A warm, clear, friendly voice at a natural, relaxed pace."
+
+
+@dataclass(frozen=True)
+class AssistantInfo:
+    """What runs now: for the app to show, and for its settings dialog to offer.
+
+    speakers, languages: the TTS model's (from its config.json); speaker: the voice in use.
+    device: where the TTS runs ("cpu" or "cuda").
+    tts_model, llm_model, stt_model: the files or folders loaded; stt_model None when speech
+        recognition is off (then only typed turns work).
+    microphone, speakers_device: the device names; microphone None when none could be opened.
+    conversation_id: the conversation turns are saved to; None until the first turn.
+    style_kind: what the model's instruct is: "style" (how the voice speaks: 1.7B CustomVoice),
+        "description" (the voice itself: VoiceDesign), or None when it takes none (0.6B) ...
+    style_unsupported: ... and then why, in the engine's words; "" otherwise.
+    style: the instruct in use: the settings' style, DEFAULT_VOICE_DESCRIPTION for a VoiceDesign model
+        given none, or None.
+    megakernel_problem: why speech on the GPU runs without the megakernel (no CUDA compiler, an older GPU, ...),
+        in the engine's words; None where it runs, or on the CPU.
+    """
+
+    speakers: tuple[str, ...]
+    languages: tuple[str, ...]
+    speaker: str | None
+    device: str
+    tts_model: Path
+    llm_model: Path
+    stt_model: Path | None
+    microphone: str | None
+    speakers_device: str
+    conversation_id: int | None
+    style_kind: str | None = None
+    style_unsupported: str = ""
+    style: str | None = None
+    megakernel_problem: str | None = None
+
+
+def style_kind(model: TTSConfig, language: str) -> tuple[str | None, str]:
+    """(AssistantInfo.style_kind, style_unsupported) of a speech model, by the engine's own rule (resolve_voice)."""
+    from engine.tts.prompt import resolve_voice  # imports torch: not at the window's start-up
+
+    if model.model_type == "voice_design":
+        return "description", ""
+    try:
+        resolve_voice(model, model.default_speaker, language or "auto", "calm")
+    except InputTextError as e:
+        return None, str(e)
+    return "style", ""
+
+
+@dataclass(frozen=True)
+class ConfiguredVoice:
+    """The voice a config asks of a speech model, fitted to it (see configured_voice).
+
+    speaker: one of the model's speakers, or None (its first; VoiceDesign models have none).
+    language: as configured. style: the instruct to speak with, or None.
+    not_found: VoiceNotFound where the configured speaker is not one of the model's; else None.
+    """
+
+    speaker: str | None
+    language: str
+    style: str | None
+    not_found: VoiceNotFound | None = None
+
+
+def configured_voice(model: TTSConfig, config: AssistantConfig) -> ConfiguredVoice:
+    """The configured voice, fitted to a speech model: settings may have been made for another model, so a speaker
+    it lacks becomes its first (said by not_found), a style goes only to a model that takes one, and a VoiceDesign
+    model with no description speaks in DEFAULT_VOICE_DESCRIPTION's voice (it has no voice of its own)."""
+    speaker, not_found = config.speaker or None, None
+    if speaker is not None and speaker.lower() not in model.speakers:  # the model's names are lower-case
+        if model.speakers:  # a VoiceDesign model has none: its voice is the description
+            not_found = VoiceNotFound(speaker, tuple(model.speakers), model.default_speaker)
+        speaker = None
+    kind, style = style_kind(model, config.language)[0], None
+    if kind is not None:
+        style = config.style or (DEFAULT_VOICE_DESCRIPTION if kind == "description" else None)
+    return ConfiguredVoice(speaker, config.language or "auto", style, not_found)
+
+
+class Assistant:
+    """The conversation's parts and their lifetimes, behind one set of commands and one stream of events.
+
+    Args:
+        config: what to load and how to converse.
+        subscribe: a first subscriber (see subscribe()), so no event of load() is missed.
+    """
+
+    def __init__(self, config: AssistantConfig, subscribe: Callable[[object], None] | None = None):
+        self.config = config
+        self._subscribers: Subscribers[object] = Subscribers("assistant")
+        if subscribe is not None:
+            self._subscribers.subscribe(subscribe)
+        self.history = self.chat = self.tts = self.transcriber = self.player = self.microphone = None
+        self.dialogue = self.loop = None
+        self.metrics = None  # one MetricsRecorder for the assistant's life: p50/p95 span rebuilt loops
+        self.device = "cpu"
+        self._unsubscribe: list[Callable[[], None]] = []
+        self._step = 0  # the loading step under way
+
+    def subscribe(self, callback: Callable[[object], None]) -> Callable[[], None]:
+        """Call `callback(event)` for each event from now on (on the assistant's and the loop's threads); returns
+        the unsubscriber. A callback that raises is logged; the others still run."""
+        return self._subscribers.subscribe(callback)
+
+    def _emit(self, event) -> None:
+        self._subscribers.emit(event)
+
+    @property
+    def info(self) -> AssistantInfo:
+        """What runs now (after load())."""
+        tts = self.tts
+        kind, style_unsupported = style_kind(tts.config, self.config.language)
+        return AssistantInfo(
+            speakers=tuple(tts.speakers), languages=tuple(tts.languages), speaker=self.dialogue.speaker,
+            device=self.device, tts_model=tts.folder, llm_model=self.chat.model_path,
+            stt_model=self.transcriber.path if self.transcriber else None,
+            microphone=self.microphone.device.name if self.microphone else None,
+            speakers_device=self.player.device.name, conversation_id=self.dialogue.conversation_id,
+            style_kind=kind, style_unsupported=style_unsupported, style=self.dialogue.options.style,
+            megakernel_problem=tts.megakernel_problem,
+        )
+
+    # -- loading -------------------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Open everything the config names, step by step (Loading events), then start the conversation (Ready).
+
+        Speech recognition or a microphone that cannot be opened leaves typed turns (VoiceInputOff); a GPU that is
+        missing or full leaves the CPU (Notice).
+
+        Raises:
+            ModelFilesError, AudioDeviceError, ParleyError, ...: what stopped it, after LoadFailed said so;
+                everything opened is closed again.
+        """
+        try:
+            self._open()
+        except Exception as e:
+            step = STEPS[min(self._step, len(STEPS) - 1)]
+            self.close()
+            self._emit(LoadFailed(step, e))
+            raise
+        self._emit(Ready(self.info))
+
+    def _open(self) -> None:
+        config = self.config
+        self._step = 0
+        self._progress()
+        from engine.history import HistoryStore, history_path
+
+        # a history that cannot be opened yet (held by another program, read-only) does not stop Parley:
+        # the turns wait in memory and are saved once it can be written
+        self.history = HistoryStore(config.history_file or history_path(), open_later=True)
+        if self.history.open_error is not None:
+            self._emit(Notice(str(self.history.open_error), self.history.open_error, "opening the history"))
+
+        self._advance()
+        import torch
+
+        from engine.llm.chat import DEFAULT_SYSTEM_PROMPT, ChatModel, ChatOptions, bundled_model_path
+        from engine.metrics import MetricsRecorder
+
+        has_cuda = torch.cuda.is_available()
+        self.device = "cuda" if config.device in ("auto", "cuda") and has_cuda else "cpu"
+        if config.device == "cuda" and not has_cuda:
+            self._gpu_notice(f"the settings ask for the GPU (CUDA), but torch {torch.__version__} finds no CUDA "
+                             "device", "loading the models")
+        chat_options = config.chat_options or ChatOptions()
+        if self.device == "cpu":
+            chat_options = replace(chat_options, n_gpu_layers=0)
+        llm_path = Path(config.llm_model).expanduser() if config.llm_model else bundled_model_path()
+        self.chat = ChatModel(llm_path, chat_options, config.system_prompt or DEFAULT_SYSTEM_PROMPT)
+        self.metrics = MetricsRecorder()
+
+        self._advance()
+        from engine.models import find_tts_model
+        from engine.tts import load_tts
+
+        if self.device == "cuda":
+            from engine.tts.megakernel import needs_build
+
+            if needs_build():  # a minute of nvcc that would otherwise look like a stuck load
+                self._progress("speech model (first start: compiling its GPU kernel, about a minute)")
+        self.tts = load_tts(find_tts_model(config.tts_model or None), device=self.device)
+        if self.tts.device.type != self.device:  # the GPU had no room: load_tts fell back to the CPU
+            self.device = "cpu"
+            self._gpu_notice("the GPU has no room for the speech model; it runs on the CPU (see the log for the "
+                             "GPU's error)", "loading the speech model")
+
+        self._advance()
+        from engine.stt import Transcriber, TranscriberOptions
+
+        try:
+            if config.voice_input:
+                self.transcriber = Transcriber(config.stt_model or None, TranscriberOptions(device=self.device))
+                self.transcriber.warm_up()
+                if self.transcriber.gpu_unavailable:
+                    self._gpu_notice(self.transcriber.gpu_unavailable, "loading the speech recognition")
+        except Exception as e:  # typed turns still work without it
+            self._emit(VoiceInputOff(str(e), e, "loading the speech recognition"))
+            self.transcriber = None
+
+        self._advance()
+        from engine.audio import Microphone, Player
+
+        self.player = Player(config.output_device or None)
+
+        self._advance()
+        if self.transcriber is not None:
+            try:
+                self.microphone = Microphone(config.input_device or None)
+            except Exception as e:
+                self._emit(VoiceInputOff(str(e), e, "opening the microphone"))
+
+        self._advance()
+        self._start_loop(None)
+        self._advance()
+
+    def _gpu_notice(self, message: str, doing: str) -> None:
+        error = GPUUnavailableError(message)
+        self._emit(Notice(str(error), error, doing))
+
+    def _progress(self, label: str = "") -> None:
+        self._emit(Loading(STEPS[min(self._step, len(STEPS) - 1)], self._step, len(STEPS), label))
+
+    def _advance(self) -> None:
+        self._step += 1
+        self._progress()
+
+    # -- the conversation's loop ---------------------------------------------------------------------------
+
+    def _start_loop(self, conversation_id: int | None, dialogue=None, carry_from=None) -> None:
+        """A new VoiceLoop over the loaded models, and a new Dialogue saving to `conversation_id` unless
+        `dialogue` is one to go on with; the new one takes over the turns the Dialogue `carry_from` could
+        not save yet (read once its loop is closed, so a turn that was ending is among them)."""
+        from engine.stt.vad import VadOptions
+        from engine.voice import VoiceLoop, VoiceOptions
+
+        self._close_loop()
+        config = self.config
+        if dialogue is None:
+            dialogue = self._new_dialogue(conversation_id, carry_from.unsaved if carry_from is not None else ())
+        self.dialogue = dialogue
+        # partials: the live transcript while the user speaks (a Whisper run per 0.8 s of new speech, skipped
+        # while a turn is being transcribed)
+        voice = VoiceOptions(mode=config.listen_mode, vad=VadOptions(silence_ms=config.silence_ms), partials=True,
+                             echo_cancellation=config.echo_cancellation)
+        self.loop = VoiceLoop(dialogue, self.microphone, options=voice)
+        recorder = self.metrics
+        self._unsubscribe = [
+            self.loop.subscribe(self._emit),
+            recorder.subscribe(lambda metrics: self._emit(Figures(metrics, dict(recorder.summary())))),
+        ]
+        self.loop.start()
+
+    def _new_dialogue(self, conversation_id: int | None, unsaved):
+        """A Dialogue in the config's voice (configured_voice: VoiceNotFound where the model lacks the configured
+        speaker), saving to conversation_id."""
+        from engine.pipeline import Dialogue, DialogueOptions
+
+        voice = configured_voice(self.tts.config, self.config)
+        if voice.not_found is not None:
+            self._emit(voice.not_found)
+        options = DialogueOptions(speaker=voice.speaker, language=voice.language, tts_seed=self.config.tts_seed,
+                                  style=voice.style)
+        return Dialogue(self.chat, self.tts, self.player, self.history, self.transcriber, options=options,
+                        metrics=self.metrics, conversation_id=conversation_id, unsaved=unsaved)
+
+    def _close_loop(self) -> None:
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._unsubscribe = []
+        if self.loop is not None:
+            self.loop.close()
+        self.loop = self.dialogue = None
+
+    # -- settings --------------------------------------------------------------------------------------------
+
+    def apply(self, config: AssistantConfig) -> None:
+        """New settings: the voice, listening and prompt are taken at once (Ready); new models or devices mean a
+        new load() (see AssistantConfig.models_differ), which this does. A voice the model cannot take leaves the
+        old one (Notice)."""
+        if self.loop is None or self.config.models_differ(config):
+            self.close()
+            self.config = config
+            self.load()
+            return
+        from engine.llm.chat import DEFAULT_SYSTEM_PROMPT
+
+        self.chat.system_prompt = config.system_prompt or DEFAULT_SYSTEM_PROMPT
+        old, self.config = self.config, config
+        # the conversation goes on in a new Dialogue, with the turns still waiting to be saved
+        earlier = self.dialogue
+        conversation_id = earlier.conversation_id
+        try:
+            # the loop makes its echo canceller when it starts, so echo_cancellation needs a new loop too
+            voice = ("speaker", "language", "style", "silence_ms", "echo_cancellation", "tts_seed")
+            if any(getattr(old, name) != getattr(config, name) for name in voice):
+                self._start_loop(conversation_id, carry_from=earlier)
+            elif old.listen_mode != config.listen_mode:
+                self.loop.set_mode(config.listen_mode)
+        except Exception as e:  # e.g. a language the model lacks: the old voice stays
+            self.config = old
+            self._start_loop(conversation_id, carry_from=earlier)
+            self._emit(Notice(str(e), e, "applying the settings"))
+        self._emit(Ready(self.info))
+
+    # -- the conversation: commands --------------------------------------------------------------------------
+
+    def send(self, text: str) -> None:
+        """A typed turn: the LLM answers and the reply is spoken (queued behind a running turn)."""
+        self.loop.submit_text(text)
+
+    def speak(self, text: str) -> None:
+        """Speak `text` as it is, without the LLM."""
+        self.loop.submit_text(text, speak_only=True)
+
+    def press(self) -> None:
+        """Push-to-talk key down."""
+        self.loop.press()
+
+    def release(self) -> None:
+        """Push-to-talk key up: what was said becomes a turn."""
+        self.loop.release()
+
+    def stop(self) -> None:
+        """Interrupt the speech at once."""
+        self.loop.stop()
+
+    @property
+    def muted(self) -> bool:
+        """Microphone mute."""
+        return self.loop.muted
+
+    @muted.setter
+    def muted(self, value: bool) -> None:
+        self.loop.muted = value
+
+    def set_mode(self, listen_mode: str) -> None:
+        """"hands-free" or "push-to-talk", at once."""
+        self.config = replace(self.config, listen_mode=listen_mode)
+        self.loop.set_mode(listen_mode)
+
+    # -- the history -------------------------------------------------------------------------------------------
+
+    def open_conversation(self, conversation_id: int) -> None:
+        """Carry on a saved conversation: the LLM sees its turns, new turns are saved to it (Ready). One that cannot
+        be read leaves the conversation as it was (Notice)."""
+        earlier, carry_from = self.dialogue, None
+        try:
+            conversation = self.history.open_conversation(conversation_id)
+            self._close_loop()  # no turn runs while the LLM's history is replaced
+            self.chat.history = conversation.messages()
+            if earlier is not None and earlier.unsaved:  # their conversation was never made
+                log.warning("%d turns said while the history could not be written are not saved: another "
+                            "conversation was opened before it could be", len(earlier.unsaved))
+        except Exception as e:
+            self._emit(Notice(str(e), e, "reopening the conversation"))
+            carry_from = self.dialogue  # the conversation goes on, unless its loop was closed already
+            conversation_id = carry_from.conversation_id if carry_from else None
+        self._start_loop(conversation_id, carry_from=carry_from)
+        self._emit(Ready(self.info))
+
+    def new_conversation(self) -> None:
+        """Start afresh: the LLM forgets, the next turn opens a new saved conversation (Ready)."""
+        earlier = self.dialogue  # its turns still waiting for a conversation open the new one: not lost
+        self._close_loop()
+        self.chat.clear_history()
+        self._start_loop(None, carry_from=earlier)
+        self._emit(Ready(self.info))
+
+    def conversation_deleted(self, conversation_id: int) -> None:
+        """A conversation was deleted from the history: if it is the one under way, start afresh
+        (ConversationEnded)."""
+        if self.dialogue is not None and self.dialogue.conversation_id == conversation_id:
+            self.new_conversation()
+            self._emit(ConversationEnded())
+
+    def erase_history(self) -> None:
+        """Erase every conversation in the history file, in place, through this assistant's own store
+        (HistoryStore.erase_all; the turns not saved yet go too), so no connection is left on a deleted file; then
+        the LLM forgets and the next turn starts a new conversation (HistoryErased, Ready). If nothing could be
+        deleted (locked, read-only), the conversation goes on as it was."""
+        dialogue, error = self.dialogue, None
+        self._close_loop()  # no turn is being saved meanwhile
+        try:
+            self.history.erase_all()
+        except HistoryError as e:
+            error = e
+        conversation_id = dialogue.conversation_id
+        if error is None or (conversation_id is not None and not self._still_saved(conversation_id)):
+            self.chat.clear_history()
+            self._start_loop(None)
+        else:  # nothing was erased: the conversation goes on in the same Dialogue, which holds the turns
+            self._start_loop(conversation_id, dialogue)  # that wait for the file to create it
+        self._emit(HistoryErased(error))
+        self._emit(Ready(self.info))
+
+    def _still_saved(self, conversation_id: int) -> bool:
+        """Whether the conversation under way is still in the history (an erase that failed part-way)."""
+        try:
+            return any(c.id == conversation_id for c in self.history.list_conversations())
+        except HistoryError:  # cannot tell: keep it, so nothing is lost
+            return True
+
+    # -- closing ---------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the conversation (joins the loop's threads) and close every part, in reverse order. Safe to call
+        twice; load() opens everything again."""
+        dialogue = self.dialogue
+        self._close_loop()
+        if dialogue is not None and dialogue.unsaved:
+            log.warning("%d turns could not be saved before Parley closed: the history file %s could not be "
+                        "written", len(dialogue.unsaved), self.history.path)
+        for part in (self.microphone, self.player, self.history):
+            if part is not None:
+                try:
+                    part.close()
+                except Exception:  # closing must go on: a lost device may fail to close
+                    log.exception("closing %s failed", type(part).__name__)
+        self.history = self.chat = self.tts = self.transcriber = self.player = self.microphone = None
+
+    def __enter__(self) -> Assistant:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
