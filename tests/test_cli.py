@@ -57,6 +57,23 @@ def test_chat_with_a_history_another_program_holds_says_so_answers_and_says_what
             "written") in err
 
 
+def test_chat_talks_with_the_models_and_voice_chosen_in_the_app(sound_server, short_checkpoint, smollm2_path,
+                                                                 tmp_path, monkeypatch):
+    """The app's settings file names the speech model, the chat model and the voice: `parley chat --text` with no
+    flags uses them all."""
+    from PySide6.QtCore import QSettings
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    settings = QSettings(str(tmp_path / "config" / "Parley" / "Parley.conf"), QSettings.Format.IniFormat)
+    for key, value in (("models/tts", str(short_checkpoint)), ("models/llm", str(smollm2_path)),
+                       ("voice/speaker", "aiden"), ("engine/device", "cpu")):
+        settings.setValue(key, value)
+    settings.sync()
+    code, out, err = run_chat(tmp_path, "Name three colors.\n", "--text")
+    assert code == 0 and out.strip(), err
+    assert f"parley: {smollm2_path.name} and {short_checkpoint.name}, voice aiden" in err
+
+
 @pytest.mark.parametrize("option, value", [("--silence-ms", "-5"), ("--silence-ms", "²"), ("--device", "gpu")])
 def test_chat_refuses_a_bad_option_before_loading_anything(tmp_path, option, value):
     """A --silence-ms that is not a whole number >= 0, or a device other than cpu/cuda, is argparse's usage error

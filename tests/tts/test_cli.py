@@ -183,6 +183,33 @@ def test_a_long_text_tells_its_length_and_progress_and_ctrl_c_keeps_what_was_wri
     assert [p.name for p in cwd.iterdir()] == ["speech.wav"]
 
 
+def test_say_speaks_with_the_model_and_voice_chosen_in_the_app_unless_a_flag_says_otherwise(tmp_path,
+                                                                                               short_checkpoint):
+    """The app's settings file names the model and the speaker: `parley say` with neither flag uses both; --speaker
+    overrides the file's; a speaker saved for another model gives way to this one's first, with a warning."""
+    from PySide6.QtCore import QSettings
+
+    env = offline_env(tmp_path)
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    settings = QSettings(str(tmp_path / "config" / "Parley" / "Parley.conf"), QSettings.Format.IniFormat)
+    settings.setValue("models/tts", str(short_checkpoint))
+    settings.setValue("voice/speaker", "vivian")
+    settings.sync()
+    runs = {}
+    for name, flags in (("file", ()), ("flag", ("--speaker", "ryan"))):
+        (tmp_path / name).mkdir()
+        runs[name] = finish(start(tmp_path / name, env, TEXT, "--out", "speech.wav", *flags))
+    settings.setValue("voice/speaker", "somebody")
+    settings.sync()
+    (tmp_path / "other").mkdir()
+    runs["other"] = finish(start(tmp_path / "other", env, TEXT, "--out", "speech.wav"))
+    for name, (code, err) in runs.items():
+        assert code == 0 and f"loaded {short_checkpoint} on cpu" in err, (name, err)
+    assert "speech by vivian" in runs["file"][1] and "speech by ryan" in runs["flag"][1]
+    assert "parley: warning: this speech model has no voice 'somebody'" in runs["other"][1]
+    assert "speech by aiden" in runs["other"][1]  # the model's first
+
+
 @pytest.mark.parametrize("option, value, message", [
     ("--device", "gpu", "argument --device: 'gpu' is not a device; choose cpu, cuda or cuda:N"),
     ("--dtype", "int8", "argument --dtype: invalid choice: 'int8'"),
