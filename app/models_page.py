@@ -111,7 +111,7 @@ def _locate_tts(setting: str) -> Found:
     from engine.models import find_tts_model, models_dir
 
     path = find_tts_model(setting or None)
-    # the official layout (DESIGN.md section 4); the loader checks the rest when it loads
+    # the official layout (config.json beside speech_tokenizer/); the loader checks the rest when it loads
     missing = [name for name in ("config.json", "speech_tokenizer") if not (path / name).exists()]
     if missing:
         raise ModelFilesError(f"{path}: not a Qwen3-TTS checkpoint folder (no {', '.join(missing)})")

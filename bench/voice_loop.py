@@ -195,7 +195,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-frames", type=int, default=12, help="random checkpoint: frames per clause cap")
     parser.add_argument("--turns", type=int, default=len(SCRIPT), help=f"scored turns (at most {len(SCRIPT)})")
     parser.add_argument("--silence-ms", type=int, default=700, help="the endpointer's end-of-turn pause")
-    parser.add_argument("--llm-threads", type=int, default=1, help="CPU threads for llama.cpp (1: see DESIGN.md 6)")
+    parser.add_argument("--llm-threads", type=int, default=1, help="CPU threads for llama.cpp (1: two collapse on a busy 2-core machine)")
     parser.add_argument("--timeout-s", type=float, default=180.0, help="longest wait for one turn")
     parser.add_argument("--audio", default="pulse", choices=["pulse", "virtual"],
                         help="PulseAudio null sinks, or the software sound card (see above)")

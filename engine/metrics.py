@@ -1,4 +1,4 @@
-"""Latency figures of a conversation, each defined once here (DESIGN.md section 5).
+"""Latency figures of a conversation, each defined once here (docs/ARCHITECTURE.md, "Measuring").
 
 The pipeline (engine/pipeline.py) measures one `TurnMetrics` per turn and hands it to a
 `MetricsRecorder`, which keeps a rolling window per figure, reports p50/p95, and delivers each turn's

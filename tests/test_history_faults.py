@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the README's install builds it)")
 
 from engine.errors import HistoryError
 from engine.history import HistoryStore, Turn

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the README's install builds it)")
 
 from engine.errors import InputTextError
 from engine.history import HistoryStore
@@ -17,7 +17,7 @@ from engine.pipeline import Dialogue, DialogueOptions
 
 WAIT_S = 60  # generous: the null sink runs slow and the machine is shared
 FRAME_SAMPLES = 1920  # one 80 ms TTS frame at 24 kHz; short_checkpoint speaks at most 6 per clause
-# greedy, one thread (DESIGN.md section 6); short clauses so a reply has several
+# greedy, one thread (two collapse on a busy 2-core machine); short clauses so a reply has several
 PROMPT = "Name three colors."  # SmolLM2 answers "The three colors are: blue, red, and green."
 CLAUSES = ClauseOptions(min_first_words=1, min_words=2)
 

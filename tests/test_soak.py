@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the README's install builds it)")
 
 ROOT = Path(__file__).resolve().parent.parent
 TURNS, BARGE_INS = 12, 3

@@ -65,7 +65,7 @@ def test_out_of_memory_twice_is_raised(short_checkpoint):
 
 @pytest.fixture
 def dialogue(smollm2_path, short_checkpoint, pulse_server, tmp_path):
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the README's install builds it)")
     from engine.audio import Player
     from engine.history import HistoryStore
     from engine.llm.chat import ChatModel, ChatOptions

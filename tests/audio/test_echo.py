@@ -235,7 +235,7 @@ def second_voice(sound_server, tmp_path):
 
 @pytest.fixture(scope="module")
 def chat(smollm2_path):
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the README's install builds it)")
     from engine.llm.chat import ChatModel, ChatOptions
 
     return ChatModel(smollm2_path, ChatOptions(n_ctx=512, max_tokens=20, n_threads=1, temperature=0.0))

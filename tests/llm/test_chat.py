@@ -5,12 +5,12 @@ import threading
 
 import pytest
 
-pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (see DESIGN.md section 6)")
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the README's install builds it)")
 
 from engine.errors import InputTextError, ModelFilesError
 from engine.llm.chat import ChatModel, ChatOptions, bundled_model_path
 
-# 1 thread: 2 threads collapse on a busy 2-core machine (DESIGN.md section 6); greedy for repeatability
+# 1 thread: 2 threads collapse on a busy 2-core machine; greedy for repeatability
 OPTIONS = ChatOptions(n_ctx=512, max_tokens=24, n_threads=1, temperature=0.0)
 
 
