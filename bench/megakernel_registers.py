@@ -5,7 +5,8 @@ ptxas reports one register count a kernel (the most it allocates) and its spills
 live where. This compiles csrc/megakernel for sm_90a to a cubin, runs `nvdisasm --print-life-ranges` on it and
 reads the live-register count it prints for every instruction. Live registers at a `__syncthreads` (BAR.SYNC)
 between stages are what a stage's code keeps held for later ones, a floor for every stage in between:
-what stays live there is not free for a stage's weights in flight (docs/BENCHMARKS.md, megakernel step 8).
+what stays live there is not free for a stage's weights in flight (docs/lab/BENCHMARKS-LOG.md, megakernel
+step 8).
 
 nvdisasm comes from the CUDA toolkit; where the toolkit lacks it (this project's CI machines have nvcc and
 ptxas only), NVIDIA's `nvidia-cuda-nvdisasm` wheel is fetched from the package index into the user's cache.

@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     parser.add_argument("--typed", type=float, default=0.25, help="share of turns typed instead of spoken")
     # 30: every scripted line said once (25) and the LLM's first history trim (n_ctx 1024: turn ~26)
     # done, so the buffers that grow to a high-water mark (llama.cpp, CTranslate2, the allocator's
-    # arenas) have reached it; docs/BENCHMARKS.md has a run's whole RSS curve
+    # arenas) have reached it; docs/lab/BENCHMARKS-LOG.md has a run's whole RSS curve
     parser.add_argument("--warm-up", type=int, default=30, help="turns before sampling and scoring start")
     parser.add_argument("--seed", type=int, default=0, help="draws the barge-ins, typed turns and delays")
     parser.add_argument("--barge-delay-s", type=float, default=1.0, help="longest wait after the first clause")

@@ -2,7 +2,8 @@
 make it interrupt itself.
 
 WebRTC's audio processing module (AEC3 and its high-pass filter) does the work, through the LiveKit
-binding (`livekit.rtc.AudioProcessingModule`; bench/aec.py and docs/BENCHMARKS.md say why this one).
+binding (`livekit.rtc.AudioProcessingModule`; bench/aec.py and docs/lab/BENCHMARKS-LOG.md say why this
+one).
 The Player hands over every block it gives its device, silence included, with the time its first
 sample will sound; the Microphone runs each capture chunk through near_end() with the time its first
 sample was recorded. The two meet on one clock (time.perf_counter()): each near-end frame is paired
@@ -44,9 +45,9 @@ IDLE_S = 1.0
 # peaks near the speech's own level in the first 2-3 s, 60 dB below it after).
 CONVERGE_S = 3.0
 # Whether the microphone hears the speakers at all. A headset's does not, and AEC3 then takes the user's
-# voice over Parley's for echo, in patches, and removes it (docs/BENCHMARKS.md: the soak with the canceller
-# on lost a talked-over line so). Where there is an echo path, the microphone's level follows the far end's
-# a little later; so the two levels of the last PATH_WINDOW_S of frames with far-end sound are correlated
+# voice over Parley's for echo, in patches, and removes it (docs/lab/BENCHMARKS-LOG.md: the soak with the
+# canceller on lost a talked-over line so). Where there is an echo path, the microphone's level follows the far
+# end's a little later; so the two levels of the last PATH_WINDOW_S of frames with far-end sound are correlated
 # at each delay within +-PATH_DELAY_S, and the best correlation decides: at or above PATH_HEARD the speakers
 # are heard, below PATH_UNHEARD they are not, and the near end passes through as it is (AEC3 is still fed,
 # so that it is ready if they become heard: a headset unplugged). Until a first window is full, AEC3 cancels.

@@ -324,7 +324,7 @@ def test_over_a_headset_the_users_voice_over_parleys_barges_in_with_echo_cancell
     """With a headset the microphone ('usermic') never hears Parley ('vsink'). The canceller, on as by default,
     finds no echo path in Parley's first PATH_WINDOW_S of speech and passes the microphone through, so the user's
     voice over the reply barges in and becomes the turn (AEC3 alone takes it for echo in patches: the soak with
-    the canceller on lost a turn so, docs/BENCHMARKS.md)."""
+    the canceller on lost a turn so, docs/lab/BENCHMARKS-LOG.md)."""
     from engine.audio.echo import PATH_WINDOW_S
     from engine.events import BargeIn, Heard, TurnFinished
 
