@@ -51,6 +51,7 @@ def turn(assistant, events, command, *args) -> TurnFinished:
 @pytest.fixture(scope="module")
 def shared(base_config, pulse_server):
     """(assistant, events): loaded once for the module's turns, closed at its end."""
+    pulse_server.ensure_running()  # an earlier module's test may have killed it
     assistant, events = loaded(base_config)
     yield assistant, events
     assistant.close()

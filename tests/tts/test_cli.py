@@ -145,6 +145,16 @@ def test_nothing_to_speak_is_refused_before_loading(tmp_path, short_checkpoint):
     assert "loaded" not in err and "Traceback" not in err and list(cwd.iterdir()) == []
 
 
+def test_the_reported_seed_writes_its_wav_where_it_once_crashed_at_frame_67(tmp_path, tiny_checkpoint):
+    """The report's command on the tiny checkpoint (`make-checkpoint --size tiny`, seed 0): its draw at frame 67 picked
+    suppressed id 2897 and the codec's lookup raised IndexError; now it writes the whole WAV and exits 0."""
+    code, err, cwd = parley(tmp_path, "Jumps brown dog fox the into the far a fox the the.", "--seed", 496234175,
+                            "--speaker", "ryan", "--model", tiny_checkpoint, "--out", "x.wav")
+    assert code == 0 and "Traceback" not in err and "parley: warning" not in err, err
+    frames = soundfile.info(cwd / "x.wav").frames // FRAME_SAMPLES
+    assert frames > 68, frames  # past the frame that failed
+
+
 def test_emoji_alone_are_refused_before_loading_as_the_app_refuses_them(tmp_path, short_checkpoint):
     """`parley say` with only emoji exits 2 with the engine's one rule (the app's speak-as-written gives the same
     message, tests/test_pipeline.py), before any model is loaded."""
