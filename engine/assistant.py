@@ -21,9 +21,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.errors import GPUUnavailableError, HistoryError, InputTextError
-from engine.events import ConversationEnded, Figures, HistoryErased, Loading, LoadFailed, Notice, Ready, \
-    VoiceInputOff, VoiceNotFound
+from engine.errors import GPUUnavailableError, HistoryError, InputTextError, ParleyError
+from engine.events import (ConversationEnded, Figures, HistoryErased, LoadFailed, Loading, Notice, Ready,
+                           VoiceInputOff, VoiceNotFound)
+from engine.history import ConversationRef
 from engine.settings import AssistantConfig
 from engine.subscribers import Subscribers
 
@@ -79,7 +80,9 @@ class AssistantInfo:
 
 def style_kind(model: TTSConfig, language: str) -> tuple[str | None, str]:
     """(AssistantInfo.style_kind, style_unsupported) of a speech model, by the engine's own rule (resolve_voice)."""
-    from engine.tts.prompt import resolve_voice  # imports torch: not at the window's start-up
+    from engine.tts.prompt import (
+        resolve_voice,  # imports torch: not at the window's start-up
+    )
 
     if model.model_type == "voice_design":
         return "description", ""
@@ -199,7 +202,12 @@ class Assistant:
         self._advance()
         import torch
 
-        from engine.llm.chat import DEFAULT_SYSTEM_PROMPT, ChatModel, ChatOptions, bundled_model_path
+        from engine.llm.chat import (
+            DEFAULT_SYSTEM_PROMPT,
+            ChatModel,
+            ChatOptions,
+            bundled_model_path,
+        )
         from engine.metrics import MetricsRecorder
 
         has_cuda = torch.cuda.is_available()
@@ -271,18 +279,15 @@ class Assistant:
 
     # -- the conversation's loop ---------------------------------------------------------------------------
 
-    def _start_loop(self, conversation_id: int | None, dialogue=None, carry_from=None) -> None:
-        """A new VoiceLoop over the loaded models, and a new Dialogue saving to `conversation_id` unless
-        `dialogue` is one to go on with; the new one takes over the turns the Dialogue `carry_from` could
-        not save yet (read once its loop is closed, so a turn that was ending is among them)."""
+    def _start_loop(self, conversation: ConversationRef | None) -> None:
+        """A new VoiceLoop over the loaded models, and a new Dialogue saving to `conversation` (an earlier Dialogue's,
+        to carry it on; None: a new one)."""
         from engine.stt.vad import VadOptions
         from engine.voice import VoiceLoop, VoiceOptions
 
         self._close_loop()
         config = self.config
-        if dialogue is None:
-            dialogue = self._new_dialogue(conversation_id, carry_from.unsaved if carry_from is not None else ())
-        self.dialogue = dialogue
+        self.dialogue = dialogue = self._new_dialogue(conversation)
         # partials: the live transcript while the user speaks (a Whisper run per 0.8 s of new speech, skipped
         # while a turn is being transcribed)
         voice = VoiceOptions(mode=config.listen_mode, vad=VadOptions(silence_ms=config.silence_ms), partials=True,
@@ -295,9 +300,9 @@ class Assistant:
         ]
         self.loop.start()
 
-    def _new_dialogue(self, conversation_id: int | None, unsaved):
+    def _new_dialogue(self, conversation: ConversationRef | None):
         """A Dialogue in the config's voice (configured_voice: VoiceNotFound where the model lacks the configured
-        speaker), saving to conversation_id."""
+        speaker), saving to `conversation`."""
         from engine.pipeline import Dialogue, DialogueOptions
 
         voice = configured_voice(self.tts.config, self.config)
@@ -306,7 +311,7 @@ class Assistant:
         options = DialogueOptions(speaker=voice.speaker, language=voice.language, tts_seed=self.config.tts_seed,
                                   style=voice.style)
         return Dialogue(self.chat, self.tts, self.player, self.history, self.transcriber, options=options,
-                        metrics=self.metrics, conversation_id=conversation_id, unsaved=unsaved)
+                        metrics=self.metrics, conversation=conversation)
 
     def _close_loop(self) -> None:
         for unsubscribe in self._unsubscribe:
@@ -331,19 +336,17 @@ class Assistant:
 
         self.chat.system_prompt = config.system_prompt or DEFAULT_SYSTEM_PROMPT
         old, self.config = self.config, config
-        # the conversation goes on in a new Dialogue, with the turns still waiting to be saved
-        earlier = self.dialogue
-        conversation_id = earlier.conversation_id
+        conversation = self.dialogue.conversation  # goes on in the new Dialogue
         try:
             # the loop makes its echo canceller when it starts, so echo_cancellation needs a new loop too
             voice = ("speaker", "language", "style", "silence_ms", "echo_cancellation", "tts_seed")
             if any(getattr(old, name) != getattr(config, name) for name in voice):
-                self._start_loop(conversation_id, carry_from=earlier)
+                self._start_loop(conversation)
             elif old.listen_mode != config.listen_mode:
                 self.loop.set_mode(config.listen_mode)
         except Exception as e:  # e.g. a language the model lacks: the old voice stays
             self.config = old
-            self._start_loop(conversation_id, carry_from=earlier)
+            self._start_loop(conversation)
             self._emit(Notice(str(e), e, "applying the settings"))
         self._emit(Ready(self.info))
 
@@ -388,27 +391,22 @@ class Assistant:
     def open_conversation(self, conversation_id: int) -> None:
         """Carry on a saved conversation: the LLM sees its turns, new turns are saved to it (Ready). One that cannot
         be read leaves the conversation as it was (Notice)."""
-        earlier, carry_from = self.dialogue, None
+        going_on = self.dialogue.conversation
         try:
             conversation = self.history.open_conversation(conversation_id)
             self._close_loop()  # no turn runs while the LLM's history is replaced
             self.chat.history = conversation.messages()
-            if earlier is not None and earlier.unsaved:  # their conversation was never made
-                log.warning("%d turns said while the history could not be written are not saved: another "
-                            "conversation was opened before it could be", len(earlier.unsaved))
-        except Exception as e:
+            going_on = ConversationRef(conversation_id)
+        except Exception as e:  # the conversation under way goes on
             self._emit(Notice(str(e), e, "reopening the conversation"))
-            carry_from = self.dialogue  # the conversation goes on, unless its loop was closed already
-            conversation_id = carry_from.conversation_id if carry_from else None
-        self._start_loop(conversation_id, carry_from=carry_from)
+        self._start_loop(going_on)
         self._emit(Ready(self.info))
 
     def new_conversation(self) -> None:
         """Start afresh: the LLM forgets, the next turn opens a new saved conversation (Ready)."""
-        earlier = self.dialogue  # its turns still waiting for a conversation open the new one: not lost
         self._close_loop()
         self.chat.clear_history()
-        self._start_loop(None, carry_from=earlier)
+        self._start_loop(None)
         self._emit(Ready(self.info))
 
     def conversation_deleted(self, conversation_id: int) -> None:
@@ -423,18 +421,17 @@ class Assistant:
         (HistoryStore.erase_all; the turns not saved yet go too), so no connection is left on a deleted file; then
         the LLM forgets and the next turn starts a new conversation (HistoryErased, Ready). If nothing could be
         deleted (locked, read-only), the conversation goes on as it was."""
-        dialogue, error = self.dialogue, None
+        conversation, error = self.dialogue.conversation, None
         self._close_loop()  # no turn is being saved meanwhile
         try:
             self.history.erase_all()
         except HistoryError as e:
             error = e
-        conversation_id = dialogue.conversation_id
-        if error is None or (conversation_id is not None and not self._still_saved(conversation_id)):
+        if error is None or (conversation.id is not None and not self._still_saved(conversation.id)):
             self.chat.clear_history()
             self._start_loop(None)
-        else:  # nothing was erased: the conversation goes on in the same Dialogue, which holds the turns
-            self._start_loop(conversation_id, dialogue)  # that wait for the file to create it
+        else:  # nothing was erased: the conversation goes on, with its turns that wait for the file
+            self._start_loop(conversation)
         self._emit(HistoryErased(error))
         self._emit(Ready(self.info))
 
@@ -450,15 +447,13 @@ class Assistant:
     def close(self) -> None:
         """Stop the conversation (joins the loop's threads) and close every part, in reverse order. Safe to call
         twice; load() opens everything again."""
-        dialogue = self.dialogue
         self._close_loop()
-        if dialogue is not None and dialogue.unsaved:
-            log.warning("%d turns could not be saved before Parley closed: the history file %s could not be "
-                        "written", len(dialogue.unsaved), self.history.path)
         for part in (self.microphone, self.player, self.history):
             if part is not None:
                 try:
                     part.close()
+                except ParleyError as e:  # the history's turns that still cannot be written: it says how many
+                    log.warning("%s", e)
                 except Exception:  # closing must go on: a lost device may fail to close
                     log.exception("closing %s failed", type(part).__name__)
         self.history = self.chat = self.tts = self.transcriber = self.player = self.microphone = None

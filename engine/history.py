@@ -2,9 +2,10 @@
 
 The pipeline adds each turn as it ends, so a crash loses nothing already said; the app lists, reopens,
 deletes and exports conversations, and erases them all in place (`erase_all()`: the file is never
-unlinked under a connection). A turn that cannot be written (database locked, disk full) is kept
-in memory and written before the next one, by `retry_pending()`, or at `close()`; a store made with
-`open_later` also starts without the file (held elsewhere, read-only) and opens it at the first call that can.
+unlinked under a connection). A turn that cannot be written (database locked, disk full, the file not
+opened yet) is kept in memory and written before the next one, by `retry_pending()`, or at `close()`, its
+conversation made first if it could not be yet (ConversationRef); a store made with `open_later` also starts
+without the file (held elsewhere, read-only) and opens it at the first call that can.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from types import MappingProxyType
 
 from engine.errors import HistoryError
 
-__all__ = ["Conversation", "ConversationSummary", "HistoryStore", "Turn", "erase_history", "history_path"]
+__all__ = ["Conversation", "ConversationRef", "ConversationSummary", "HistoryStore", "Turn", "erase_history",
+           "history_path"]
 
 ROLES = ("system", "user", "assistant")
 SCHEMA_VERSION = 1
@@ -121,6 +123,18 @@ class Conversation:
         return [{"role": t.role, "content": t.spoken_text} for t in self.turns]
 
 
+class ConversationRef:
+    """The conversation a run of turns is saved to, as the Dialogues that say them hold it: `id` is the store's, or
+    None until the store could make it (its file could not be written yet). Turns added to one are saved together,
+    in order, however long the file stays unwritable; a Dialogue carrying the conversation on takes the same ref."""
+
+    def __init__(self, id: int | None = None):
+        self.id = id
+
+    def __repr__(self) -> str:
+        return f"ConversationRef({self.id})"
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -150,7 +164,7 @@ class HistoryStore:
         timeout_s: how long a write waits for another program's lock before HistoryError.
         open_later: a file that cannot be opened now (another program holds it, it is read-only) does not
             raise: `open_error` says why, and every call opens it first, raising HistoryError until it
-            can. The conversation loop keeps its turns meanwhile and saves them once it can.
+            can; turns added meanwhile are kept and saved once it can.
     Raises:
         HistoryError: the file cannot be opened or is not a Parley history database (unless open_later).
     """
@@ -158,7 +172,7 @@ class HistoryStore:
     def __init__(self, path: Path | str, timeout_s: float = 2.0, *, open_later: bool = False):
         self.path = Path(path)
         self.timeout_s = timeout_s
-        self._pending: list[tuple[int, Turn]] = []  # turns not yet written, oldest first
+        self._pending: list[tuple[ConversationRef, Turn]] = []  # turns not yet written, oldest first
         self._closed = False
         self._lock = threading.RLock()  # one call at a time: a transaction never interleaves with another
         self._db: sqlite3.Connection | None = None
@@ -250,40 +264,65 @@ class HistoryStore:
     # -- writing
 
     @property
-    def pending(self) -> list[tuple[int, Turn]]:
-        """Turns that could not be written yet, as (conversation_id, turn), oldest first."""
+    def pending(self) -> list[tuple[ConversationRef, Turn]]:
+        """Turns that could not be written yet, as (their conversation, turn), oldest first."""
         return list(self._pending)
 
     def new_conversation(self, title: str = "") -> int:
         """Start a conversation; an empty title becomes the first user turn's text. Returns its id."""
-        now = time.time()
         with self._transaction("start a conversation"):
-            cur = self._db.execute(
-                "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)", (title, now, now)
-            )
+            return self._insert_conversation(title)
+
+    def _insert_conversation(self, title: str) -> int:
+        now = time.time()
+        cur = self._db.execute("INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
+                               (title, now, now))
         return cur.lastrowid
 
-    def add_turn(self, conversation_id: int, turn: Turn):
-        """Write one turn (after any pending ones) in one transaction.
+    def add_turn(self, conversation: int | ConversationRef, turn: Turn):
+        """Write one turn (after any pending ones) in one transaction, to a conversation of the store (its id), or
+        to a ConversationRef, whose conversation is made with its first turn that can be written.
 
         Raises:
-            HistoryError: locked or disk full; the turn is kept in `pending` and written on the
-                next add_turn or retry_pending(), so nothing is lost while Parley runs.
+            HistoryError: locked, disk full or not opened yet: the turn is kept in `pending` and written on the
+                next add_turn or retry_pending(), so nothing is lost while Parley runs. Or no conversation has
+                that id (then nothing is kept).
         """
         with self._lock:
-            if not self._read("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)):
-                raise HistoryError(f"no conversation {conversation_id} in {self.path}; start one with new_conversation()")
-            self._pending.append((conversation_id, turn))
+            if not isinstance(conversation, ConversationRef):  # an id: its turns waiting already are its ref's
+                conversation = next((ref for ref, _ in self._pending if ref.id == conversation),
+                                    ConversationRef(conversation))
+            if conversation.id is not None and not self._known(conversation.id):
+                raise HistoryError(f"no conversation {conversation.id} in {self.path}; start one with "
+                                   "new_conversation()")
+            self._pending.append((conversation, turn))
             self.retry_pending()
 
+    def _known(self, conversation_id: int) -> bool:
+        """Whether the file holds that conversation; True where it cannot be read now (the turn then waits)."""
+        try:
+            return bool(self._read("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)))
+        except HistoryError:
+            return True
+
     def retry_pending(self) -> int:
-        """Write the pending turns; returns how many were written. Raises HistoryError as add_turn."""
+        """Write the pending turns, making the conversations not made yet; returns how many turns were written.
+        Raises HistoryError as add_turn."""
         with self._lock:
             if not self._pending:
                 return 0
-            with self._transaction(f"save {len(self._pending)} turn(s)"):
-                for conversation_id, turn in self._pending:
-                    self._write_turn(conversation_id, turn)
+            made = []  # refs given an id in this transaction: none, if it rolls back
+            try:
+                with self._transaction(f"save {len(self._pending)} turn(s)"):
+                    for ref, turn in self._pending:
+                        if ref.id is None:
+                            ref.id = self._insert_conversation("")
+                            made.append(ref)
+                        self._write_turn(ref.id, turn)
+            except HistoryError:
+                for ref in made:
+                    ref.id = None
+                raise
             written, self._pending = len(self._pending), []
             return written
 
@@ -307,7 +346,7 @@ class HistoryStore:
         with self._lock:
             with self._transaction("delete a conversation"):
                 self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
-            self._pending = [(c, t) for c, t in self._pending if c != conversation_id]
+            self._pending = [(ref, t) for ref, t in self._pending if ref.id != conversation_id]
 
     def erase_all(self):
         """Delete every conversation and the turns not saved yet, in place, then rewrite the file (VACUUM)
@@ -376,7 +415,7 @@ class HistoryStore:
             (conversation_id,),
         )
         turns = [Turn(r, t, h, bool(i), c, json.loads(m)) for r, t, h, i, c, m in rows]
-        turns += [t for c, t in list(self._pending) if c == conversation_id]
+        turns += [t for ref, t in list(self._pending) if ref.id == conversation_id]
         return Conversation(*head[0], turns=tuple(turns))
 
     def export_text(self, conversation_id: int) -> str:

@@ -15,12 +15,12 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engine.errors import HistoryError, InputTextError, ParleyError
-from engine.history import HistoryStore, Turn
+from engine.history import ConversationRef, HistoryStore, Turn
 from engine.llm.clauses import ClauseOptions, ClauseSplitter, speakable_text
 from engine.metrics import MetricsRecorder, TurnMetrics
 from engine.text import clean_text
@@ -218,25 +218,25 @@ class Dialogue:
         chat: the LLM (engine/llm/chat.py ChatModel); its history follows the conversation.
         tts: the speech engine (engine/tts load_tts), at 24 kHz.
         player: the audio out (engine/audio Player).
-        history: where turns are saved; conversation_id None starts a new conversation at the first turn.
+        history: where turns are saved.
         transcriber: the Whisper model for voice_turn (engine/stt Transcriber); None for typed turns only.
         options: DialogueOptions() when None.
         metrics: where each turn's figures go; a new MetricsRecorder when None.
-        unsaved: turns of this conversation that an earlier Dialogue could not save yet (its `unsaved`,
-            when a new Dialogue carries the conversation on); saved first, with the first turn that can be.
+        conversation: the conversation turns are saved to: an earlier Dialogue's, to carry it on (the turns it
+            could not save yet are the store's, and go with it), or None for a new one, made with its first turn.
     Raises:
         InputTextError: the speaker or language is not one the TTS model has, or a style it takes none of.
     """
 
     def __init__(self, chat, tts, player, history: HistoryStore, transcriber=None, *,
                  options: DialogueOptions | None = None, metrics: MetricsRecorder | None = None,
-                 conversation_id: int | None = None, unsaved: Sequence[Turn] = ()):
+                 conversation: ConversationRef | None = None):
         from engine.audio.player import TTS_RATE_HZ
 
         self.chat, self.tts, self.player, self.history, self.transcriber = chat, tts, player, history, transcriber
         self.options = options or DialogueOptions()
         self.metrics = metrics or MetricsRecorder()
-        self.conversation_id = conversation_id
+        self.conversation = conversation or ConversationRef()
         if tts.sample_rate_hz != TTS_RATE_HZ:
             raise ParleyError(f"the TTS model speaks at {tts.sample_rate_hz} Hz; the player takes {TTS_RATE_HZ} Hz")
         self.speaker = self.options.speaker or tts.default_speaker
@@ -244,12 +244,11 @@ class Dialogue:
         self._lock = threading.Lock()
         self._current: _TurnState | None = None
         self._turns = 0
-        self._unsaved: list[Turn] = list(unsaved)  # turns waiting for the history to create their conversation
 
     @property
-    def unsaved(self) -> list[Turn]:
-        """Turns waiting for the history to make their conversation (it could not be written yet)."""
-        return list(self._unsaved)
+    def conversation_id(self) -> int | None:
+        """The saved conversation's id; None until the history could make it."""
+        return self.conversation.id
 
     # -- turns -----------------------------------------------------------------------------------
 
@@ -480,15 +479,10 @@ class Dialogue:
         return (first.t_first_sample - speech_end) * 1000.0
 
     def _save(self, turn: Turn, notice: Callable[[ParleyError], None]) -> None:
-        # A write that fails is kept in memory and retried with the next turn: the conversation goes on,
-        # so the error is a notice, not raised. The store keeps the turns of a conversation it has;
-        # until it could create one, they wait here.
-        self._unsaved.append(turn)
+        # A write that fails is kept by the store and written with a later turn: the conversation goes on, so the
+        # error is a notice, not raised.
         try:
-            if self.conversation_id is None:
-                self.conversation_id = self.history.new_conversation()
-            while self._unsaved:
-                self.history.add_turn(self.conversation_id, self._unsaved.pop(0))  # the store keeps it if it fails
+            self.history.add_turn(self.conversation, turn)
         except HistoryError as e:
             log.warning("%s", e)
             notice(e)

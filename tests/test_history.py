@@ -334,3 +334,27 @@ def test_a_store_opened_later_says_why_it_cannot_open_yet_and_opens_at_its_first
     locker.close()
     with pytest.raises(HistoryError, match="closed"):  # closed before it could open: it does not open later
         never_opened.list_conversations()
+
+
+def test_turns_of_a_conversation_not_made_yet_wait_and_make_it_with_the_first_write(tmp_path):
+    """A ConversationRef whose conversation the file could not make yet: its turns wait in `pending`, beside another
+    conversation's, and the next write that can makes it (titled by its first user turn) and saves them in order;
+    a second ref makes a conversation of its own."""
+    from engine.history import ConversationRef
+    from tests.test_history_faults import locked
+
+    path = tmp_path / "h.sqlite3"
+    with HistoryStore(path, timeout_s=0.1) as store:
+        saved = store.new_conversation("saved")
+        first, second = ConversationRef(), ConversationRef()
+        with locked(path):
+            for ref, text in ((first, "Hello."), (saved, "Later."), (first, "Still here?")):
+                with pytest.raises(HistoryError, match="unsaved turns are kept"):
+                    store.add_turn(ref, Turn("user", text))
+            assert first.id is None and [t.text for _, t in store.pending] == ["Hello.", "Later.", "Still here?"]
+        store.add_turn(second, Turn("user", "A new one."))
+        assert store.pending == [] and None not in (first.id, second.id) and first.id != second.id
+        assert [t.text for t in store.open_conversation(first.id).turns] == ["Hello.", "Still here?"]
+        assert store.open_conversation(first.id).title == "Hello."
+        assert [t.text for t in store.open_conversation(saved).turns] == ["Later."]
+        assert [t.text for t in store.open_conversation(second.id).turns] == ["A new one."]

@@ -118,7 +118,7 @@ def test_turns_spoken_before_the_conversation_could_be_created_are_kept(dialogue
     hooks, seen = notices()
     with locked(path):
         dialogue.say("Good morning.", hooks)
-        assert dialogue.conversation_id is None and len(seen) == 1 and "start a conversation" in str(seen[0])
+        assert dialogue.conversation_id is None and len(seen) == 1 and "save 1 turn(s)" in str(seen[0])
     dialogue.say("Here is the news.")
     cid = dialogue.conversation_id
     assert turns_in_file(path) == [(cid, "assistant", "Good morning."), (cid, "assistant", "Here is the news.")]
