@@ -10,7 +10,16 @@ import unicodedata
 
 from engine.errors import InputTextError
 
-__all__ = ["clean_text", "has_words", "is_cjk", "is_emoji", "speech_seconds"]
+__all__ = ["CJK_CLAUSE_MARKS", "CJK_SENTENCE_ENDS", "CLAUSE_MARKS", "SENTENCE_ENDS", "clean_text", "has_words",
+           "is_cjk", "is_emoji", "speech_seconds"]
+
+# Where text breaks, for the TTS's segments (engine/tts/prompt.py) and the LLM reply's clauses (engine/llm/clauses.py)
+# alike: sentence ends a space follows (Latin, Arabic, Devanagari), sentence ends none does (CJK), and clause marks of
+# both kinds.
+SENTENCE_ENDS = ".!?…؟।"
+CJK_SENTENCE_ENDS = "。！？"
+CLAUSE_MARKS = ",;:"
+CJK_CLAUSE_MARKS = "，、；："
 
 # Conversational speaking rates, for an estimate: 150 words a minute is about 14 characters a second in alphabetic
 # scripts; Chinese and Japanese run at about 5 characters a second.

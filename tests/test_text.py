@@ -4,7 +4,7 @@ import pytest
 
 from engine.errors import InputTextError
 from engine.llm.clauses import split_clauses
-from engine.text import clean_text, speech_seconds
+from engine.text import CJK_SENTENCE_ENDS, SENTENCE_ENDS, clean_text, speech_seconds
 
 
 @pytest.mark.parametrize("text, cleaned", [
@@ -40,3 +40,16 @@ def test_speech_seconds_estimates_a_conversational_pace():
     english = "The quick brown fox jumps over the lazy dog. " * 20  # 180 words
     assert 60 <= speech_seconds(english) <= 80
     assert 18 <= speech_seconds("我们今天去公园散步。" * 10) <= 22
+
+
+@pytest.mark.parametrize("end", list(SENTENCE_ENDS + CJK_SENTENCE_ENDS))
+def test_the_speech_engines_segments_and_a_replys_clauses_end_sentences_alike(end):
+    """Every sentence end of engine/text.py ends a TTS segment (when sentences no longer fit together) and a clause
+    of an LLM reply, the Arabic and Devanagari ones too."""
+    from engine.llm.clauses import ClauseOptions
+    from engine.tts.prompt import split_text
+
+    space = "" if end in CJK_SENTENCE_ENDS else " "
+    first, second = f"alpha beta gamma delta{end}", f"epsilon zeta eta theta{end}"
+    assert split_text(first + space + second, len(first) + 1) == [first, second]
+    assert split_clauses(first + space + second, ClauseOptions(min_first_words=1, min_words=1)) == [first, second]

@@ -11,7 +11,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from engine.text import has_words, is_cjk, is_emoji
+from engine.text import (CJK_CLAUSE_MARKS, CJK_SENTENCE_ENDS, CLAUSE_MARKS, SENTENCE_ENDS, has_words, is_cjk,
+                         is_emoji)
 
 __all__ = ["ClauseOptions", "ClauseSplitter", "iter_clauses", "speakable_text", "split_clauses"]
 
@@ -46,12 +47,8 @@ class ClauseOptions:
             )
 
 
-_SENTENCE_ASCII = ".!?…"
-_CLAUSE_ASCII = ",;:"
-_SENTENCE_CJK = "。！？"
-_CLAUSE_CJK = "，、；："
 _DASHES = "—–"
-_PUNCT = _SENTENCE_ASCII + _CLAUSE_ASCII + _SENTENCE_CJK + _CLAUSE_CJK
+_PUNCT = SENTENCE_ENDS + CLAUSE_MARKS + CJK_SENTENCE_ENDS + CJK_CLAUSE_MARKS
 _CLOSERS = "\"')]}”’」』）》】"
 _OPENERS = "\"'([{“‘「『（《【"
 # Words whose trailing period does not end a sentence ("Mr. Smith", "etc. and so on").
@@ -59,7 +56,7 @@ _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof sr jr st vs etc approx inc ltd corp co fig eq vol cf al dept est mt".split()
 )
 _DOTTED_LETTERS = re.compile(r"(?:[a-z]\.)+")  # e.g. i.e. u.s. p.m. and initials ("J.")
-_SPACE_BEFORE_PUNCT = re.compile(r" (?=[.,;:!?…。，！？、；：])")
+_SPACE_BEFORE_PUNCT = re.compile(f" (?=[{re.escape(_PUNCT)}])")
 _LINE_DECORATION = re.compile(r"[\s\-*_=#>+`]*")  # a line of only these is a rule or a bare marker
 
 
@@ -259,8 +256,8 @@ class ClauseSplitter:
             if ch in _PUNCT or ch in _DASHES:
                 self._cur += ch
                 cand.run += ch
-                cand.sentence = cand.sentence or ch in _SENTENCE_ASCII + _SENTENCE_CJK
-                cand.needs_space = cand.needs_space and ch not in _SENTENCE_CJK + _CLAUSE_CJK + _DASHES
+                cand.sentence = cand.sentence or ch in SENTENCE_ENDS + CJK_SENTENCE_ENDS
+                cand.needs_space = cand.needs_space and ch not in CJK_SENTENCE_ENDS + CJK_CLAUSE_MARKS + _DASHES
                 return
             self._pending = None
             if cand.needs_space:
@@ -283,13 +280,13 @@ class ClauseSplitter:
             return
         prev = self._cur[-1:] or " "
         self._cur += ch
-        if ch in _SENTENCE_ASCII:
+        if ch in SENTENCE_ENDS:
             self._pending = _Candidate(sentence=True, run=ch, needs_space=True)
-        elif ch in _CLAUSE_ASCII:
+        elif ch in CLAUSE_MARKS:
             self._pending = _Candidate(sentence=False, run=ch, needs_space=True)
-        elif ch in _SENTENCE_CJK:
+        elif ch in CJK_SENTENCE_ENDS:
             self._pending = _Candidate(sentence=True, run=ch, needs_space=False)
-        elif ch in _CLAUSE_CJK:
+        elif ch in CJK_CLAUSE_MARKS:
             self._pending = _Candidate(sentence=False, run=ch, needs_space=False)
         elif ch in _DASHES:
             self._pending = _Candidate(sentence=False, run=ch, needs_space=False, after_digit=prev.isdigit())

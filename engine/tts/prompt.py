@@ -14,12 +14,14 @@ from pathlib import Path
 import torch
 
 from engine.errors import InputTextError, ModelFilesError
+from engine.text import CJK_CLAUSE_MARKS, CJK_SENTENCE_ENDS, CLAUSE_MARKS, SENTENCE_ENDS
 from engine.tts.config import TTSConfig
 from engine.tts.model import Talker
 
-# Sentence ends (Latin, CJK, Devanagari, Arabic), then clause marks for over-long sentences.
-_SENTENCE_END = re.compile(r"(?<=[.!?…。！？؟।])\s+|(?<=[。！？])|\n+")
-_CLAUSE_END = re.compile(r"(?<=[,;:，；：、])\s*")
+# Sentence ends (engine/text.py's: a space after them, or CJK's, none) and line ends, then clause marks for
+# over-long sentences
+_SENTENCE_END = re.compile(rf"(?<=[{re.escape(SENTENCE_ENDS + CJK_SENTENCE_ENDS)}])\s+|(?<=[{CJK_SENTENCE_ENDS}])|\n+")
+_CLAUSE_END = re.compile(rf"(?<=[{re.escape(CLAUSE_MARKS + CJK_CLAUSE_MARKS)}])\s*")
 _VOICES_KEPT = 8  # PromptBuilder._voice_rows
 
 
