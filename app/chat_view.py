@@ -1,7 +1,7 @@
 """The conversation as chat bubbles: the user's turns (a live partial transcript while they speak), and
 the assistant's reply as it grows, with the clause being spoken highlighted.
 
-The window feeds it the worker's signals (engine/voice.py events); it keeps only what it shows.
+The window feeds it the engine's events (engine/events.py); it keeps only what it shows.
 Object names for the style sheet (assets/): QFrame#bubble with the dynamic property role = "user",
 "assistant", "partial" or "notice"; QLabel#bubbleText inside; QLabel#bubbleNote under an interrupted
 or failed reply.

@@ -2,7 +2,7 @@
 checked for lost or duplicated turns, memory growth and thread or file-handle leaks.
 
 Method: the parts of bench/voice_loop.py (its private PulseAudio with the 'vsink' speakers and the
-'usermic' microphone, espeak-ng's voice) drive the real loop: engine/voice.py hands-free, Silero VAD,
+'usermic' microphone, espeak-ng's voice) drive the real loop: engine/voice_loop.py hands-free, Silero VAD,
 Whisper base, SmolLM2-135M-Instruct (greedy, 1 thread), a random tiny Qwen3-TTS checkpoint
 (<= --max-frames frames a clause) speaking through the Player, a SQLite history file. Each turn is a
 line spoken into the microphone or, for a seeded --typed share, typed (submit_text). --barge-ins
@@ -185,15 +185,16 @@ def main(argv=None) -> int:
 def soak(args, pulse: Pulse, work: Path, out: Path, stop: threading.Event) -> dict:
     from engine.audio import Microphone, Player, list_devices
     from engine.audio.echo import EchoCanceller
+    from engine.dialogue import Dialogue, DialogueOptions
+    from engine.events import BargeIn, SpeakingClause, TurnFinished
     from engine.history import HistoryStore
+    from engine.listening import VoiceOptions
     from engine.llm.chat import ChatModel, ChatOptions, bundled_model_path
     from engine.llm.clauses import ClauseOptions
     from engine.metrics import MetricsRecorder
-    from engine.pipeline import Dialogue, DialogueOptions
     from engine.stt import SileroVad, Transcriber, TranscriberOptions, VadOptions
     from engine.tts import load_tts
-    from engine.events import BargeIn, SpeakingClause, TurnFinished
-    from engine.voice import VoiceLoop, VoiceOptions
+    from engine.voice_loop import VoiceLoop
 
     t0 = time.perf_counter()
     steps = plan(args.turns, args.barge_ins, args.typed, args.seed)

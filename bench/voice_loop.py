@@ -3,7 +3,7 @@
 Method: a private PulseAudio server with two null sinks: 'vsink' (48 kHz) is the speakers Parley plays
 on, 'usermic' (16 kHz) is where the user's voice is played (espeak-ng, en-us, 150 words/min), and its
 monitor is the default source the Microphone records. Each scripted line is played into 'usermic' and
-goes through the real loop (engine/voice.py: Silero VAD endpointing hands-free -> Whisper base ->
+goes through the real loop (engine/voice_loop.py: Silero VAD endpointing hands-free -> Whisper base ->
 SmolLM2-135M-Instruct -> clause splitter -> Qwen3-TTS -> Player); the next line starts once the reply
 has played out. One unscored warm-up turn first. The figures are engine/metrics.py's, summarised by
 its MetricsRecorder (p50/p95 over the scored turns); "voice-to-voice beyond the window" is
@@ -238,14 +238,15 @@ def load_transcriber(args):
 
 def run(args, audio, work: Path, voices_dir: Path) -> int:
     from engine.audio import Microphone, Player
+    from engine.dialogue import Dialogue
+    from engine.events import TurnFailed, TurnFinished
     from engine.history import HistoryStore
+    from engine.listening import VoiceOptions
     from engine.llm.chat import ChatModel, ChatOptions, bundled_model_path
     from engine.metrics import MetricsRecorder
-    from engine.pipeline import Dialogue
     from engine.stt import VadOptions
     from engine.tts import load_tts
-    from engine.events import TurnFailed, TurnFinished
-    from engine.voice import VoiceLoop, VoiceOptions
+    from engine.voice_loop import VoiceLoop
 
     t0 = time.perf_counter()
     checkpoint = Path(args.model) if args.model else random_checkpoint(work, args.size, args.max_frames)

@@ -2,7 +2,7 @@
 
 Built from one AssistantConfig (engine/settings.py), it opens the parts in order (the history, the LLM, the speech
 model, speech recognition, the speakers, the microphone), runs the conversation in a Dialogue and its VoiceLoop
-(engine/pipeline.py, engine/voice.py), takes new settings in place where it can, and closes everything in reverse
+(engine/dialogue.py, engine/voice_loop.py), takes new settings in place where it can, and closes everything in reverse
 order. It reports everything as events (engine/events.py) to its subscribers. It has no thread of its own: calls
 run on the caller's thread (the app's worker thread, the command line's main thread) and return at once, but
 load() (which takes seconds to minutes) and the history commands; the conversation runs on the loop's threads.
@@ -282,8 +282,9 @@ class Assistant:
     def _start_loop(self, conversation: ConversationRef | None) -> None:
         """A new VoiceLoop over the loaded models, and a new Dialogue saving to `conversation` (an earlier Dialogue's,
         to carry it on; None: a new one)."""
+        from engine.listening import VoiceOptions
         from engine.stt.vad import VadOptions
-        from engine.voice import VoiceLoop, VoiceOptions
+        from engine.voice_loop import VoiceLoop
 
         self._close_loop()
         config = self.config
@@ -303,7 +304,7 @@ class Assistant:
     def _new_dialogue(self, conversation: ConversationRef | None):
         """A Dialogue in the config's voice (configured_voice: VoiceNotFound where the model lacks the configured
         speaker), saving to `conversation`."""
-        from engine.pipeline import Dialogue, DialogueOptions
+        from engine.dialogue import Dialogue, DialogueOptions
 
         voice = configured_voice(self.tts.config, self.config)
         if voice.not_found is not None:

@@ -1,10 +1,10 @@
-"""The conversation loop: a user turn (typed text, or 16 kHz speech through Whisper) in, a spoken reply out.
+"""A conversation's turns: a user turn (typed text, or 16 kHz speech through Whisper) in, a spoken reply out.
 
 The LLM's tokens go through the clause splitter (engine/llm/clauses.py); each whole clause is queued
 to a speech thread that runs the TTS and writes its PCM to the Player while the LLM keeps writing.
 stop() (barge-in) cancels both and flushes the player; the history (engine/history.py) keeps the user
 turn and, of the reply, only the clauses that were fully played. The figures are engine/metrics.py's.
-One turn runs at a time; engine/voice.py runs them from the microphone and a queue of typed text.
+One turn runs at a time; engine/voice_loop.py runs them from the microphone and a queue of typed text.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engine.errors import HistoryError, InputTextError, ParleyError
+from engine.events import Heard, Notice, ReplyText, SpeakingClause
 from engine.history import ConversationRef, HistoryStore, Turn
 from engine.llm.clauses import ClauseOptions, ClauseSplitter, speakable_text
 from engine.metrics import MetricsRecorder, TurnMetrics
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Dialogue", "DialogueOptions", "TurnHooks", "TurnResult"]
+__all__ = ["Dialogue", "DialogueOptions", "Emit", "TurnResult"]
 
 _PLAYBACK_SLACK_S = 30.0  # PulseAudio takes up to ~2 s to start, and a null sink runs at ~50% speed
 
@@ -72,24 +73,12 @@ class TurnResult:
     metrics: TurnMetrics
 
 
-@dataclass(frozen=True)
-class TurnHooks:
-    """What a turn reports while it runs (engine/voice.py turns these into events); None is not called.
-
-    heard(text): a voice turn's transcript, before the LLM starts; on the turn's thread.
-    reply(text): the reply so far, each time it grows; on the turn's thread.
-    clause(text, index): that clause's first sample was handed to the device (index 0, 1, ... in
-        speaking order); on a watcher thread of the turn, from the player's frame counters.
-    notice(error): something went wrong that the turn got past, for the user to know (a ParleyError):
-        a HistoryError (the database is locked or the disk full: the turn is kept in memory and saved
-        with a later one) or a GPUUnavailableError (the GPU ran out of memory: the TTS moved to the
-        CPU and started the clause again); on the turn's thread or its speech thread.
-    """
-
-    heard: Callable[[str], None] | None = None
-    reply: Callable[[str], None] | None = None
-    clause: Callable[[str, int], None] | None = None
-    notice: Callable[[ParleyError], None] | None = None
+Emit = Callable[[object], None]
+"""Where a turn reports as it runs, with events of engine/events.py: Heard (a voice turn's transcript, before the
+LLM starts) and ReplyText (the reply so far, each time it grows) on the turn's thread; SpeakingClause (that clause's
+first sample was handed to the device) on a watcher thread of the turn; Notice (a fault the turn got past: the
+history cannot be written yet, or the GPU ran out of memory and the TTS moved to the CPU) on the turn's thread or
+its speech thread."""
 
 
 class _Speech:
@@ -252,8 +241,9 @@ class Dialogue:
 
     # -- turns -----------------------------------------------------------------------------------
 
-    def text_turn(self, user_text: str, hooks: TurnHooks | None = None) -> TurnResult:
+    def text_turn(self, user_text: str, emit: Emit | None = None) -> TurnResult:
         """A typed turn: the reply is generated, spoken and saved; returns when it has played out or stopped.
+        `emit` gets the turn's events (see Emit) as it runs.
 
         Raises:
             InputTextError: empty text, or too long for the LLM's context (nothing is saved).
@@ -262,9 +252,9 @@ class Dialogue:
             RuntimeError: another turn is running (one at a time).
         """
         with self._turn_state() as state:
-            return self._turn(state, user_text, hooks or TurnHooks())
+            return self._turn(state, user_text, emit)
 
-    def voice_turn(self, audio_16k, speech_end: float | None = None, hooks: TurnHooks | None = None, *,
+    def voice_turn(self, audio_16k, speech_end: float | None = None, emit: Emit | None = None, *,
                    turn_end: float | None = None, transcript: Transcript | None = None) -> TurnResult:
         """A spoken turn: Whisper transcribes `audio_16k`, then as text_turn.
 
@@ -285,7 +275,6 @@ class Dialogue:
         """
         if self.transcriber is None:
             raise ParleyError("this Dialogue has no Transcriber; pass one to take spoken turns")
-        hooks = hooks or TurnHooks()
         speech_end = time.perf_counter() if speech_end is None else speech_end
         turn_end = speech_end if turn_end is None else turn_end
         with self._turn_state() as state:
@@ -293,11 +282,11 @@ class Dialogue:
             stt_ms = (time.perf_counter() - turn_end) * 1000.0
             if not transcript.text.strip():
                 raise InputTextError(f"heard no words in {transcript.audio_s:.1f} s of audio; please speak again")
-            if hooks.heard is not None:
-                hooks.heard(transcript.text)
-            return self._turn(state, transcript.text, hooks, speech_end=speech_end, stt_ms=stt_ms)
+            if emit is not None:
+                emit(Heard(transcript.text))
+            return self._turn(state, transcript.text, emit, speech_end=speech_end, stt_ms=stt_ms)
 
-    def say(self, text: str, hooks: TurnHooks | None = None) -> TurnResult:
+    def say(self, text: str, emit: Emit | None = None) -> TurnResult:
         """A speak-only turn: `text` goes clause by clause straight to the TTS and the player; stop() cuts it.
 
         The LLM writes nothing; the text is saved as an assistant turn (cut to what was heard, as a
@@ -310,7 +299,7 @@ class Dialogue:
         """
         clean_text(speakable_text(text, self.options.clauses))  # the engine's one rule: refused as `parley say` refuses
         with self._turn_state() as state:
-            return self._turn(state, text, hooks or TurnHooks(), llm=False)
+            return self._turn(state, text, emit, llm=False)
 
     def stop(self) -> None:
         """Barge-in, from any thread: cancel the LLM and the TTS and flush the player; a no-op between turns."""
@@ -335,11 +324,15 @@ class Dialogue:
             with self._lock:
                 self._current = None
 
-    def _turn(self, state: _TurnState, user_text: str, hooks: TurnHooks, speech_end: float | None = None,
+    def _turn(self, state: _TurnState, user_text: str, emit: Emit | None, speech_end: float | None = None,
               stt_ms: float | None = None, llm: bool = True) -> TurnResult:
         """Speaks the LLM's reply to user_text (llm=False: user_text itself), then saves and measures it."""
         reply = self.chat.stream_reply(user_text, cancel=state.stopped) if llm else None  # validates first
-        notice = hooks.notice or (lambda error: None)
+
+        def notice(error: ParleyError) -> None:
+            if emit is not None:
+                emit(Notice(str(error), error))
+
         if llm:
             self._save(Turn("user", user_text), notice)
         self._first_playback_event()  # events of earlier turns must not end this one's voice-to-voice
@@ -347,8 +340,8 @@ class Dialogue:
         speech = _Speech(self.tts, self.player, self.options, self.speaker, state.gate, state.stopped, notice)
         state.reply, state.speech = reply, speech
         watcher = None
-        if hooks.clause is not None:
-            watcher = threading.Thread(target=self._watch_clauses, args=(state, speech, hooks.clause),
+        if emit is not None:
+            watcher = threading.Thread(target=self._watch_clauses, args=(state, speech, emit),
                                        name="parley-clauses", daemon=True)
             watcher.start()
         first_clause_ms = None
@@ -370,8 +363,8 @@ class Dialogue:
                     for token in tokens:
                         if state.stopped.is_set() or speech.error is not None:  # control before data
                             break
-                        if hooks.reply is not None:
-                            hooks.reply(reply.text if llm else user_text)
+                        if emit is not None:
+                            emit(ReplyText(reply.text if llm else user_text))
                         speak(splitter.feed(token))
                 finally:
                     if llm:
@@ -430,8 +423,8 @@ class Dialogue:
             raise error
         return TurnResult(user_text if llm else "", reply_text, heard_text, interrupted, metrics)
 
-    def _watch_clauses(self, state: _TurnState, speech: _Speech, on_clause) -> None:
-        """Calls on_clause(text, index) as each spoken clause's first sample reaches the device."""
+    def _watch_clauses(self, state: _TurnState, speech: _Speech, emit: Emit) -> None:
+        """SpeakingClause for each spoken clause as its first sample reaches the device."""
         index = 0
 
         def next_started(stats) -> bool:  # called under the player's lock: it must not take it again
@@ -441,7 +434,7 @@ class Dialogue:
             while True:
                 started = self.player.wait_until(lambda s: state.ended.is_set() or next_started(s), 1.0)
                 if next_started(self.player.stats()):
-                    on_clause(speech.starts[index][0], index)
+                    emit(SpeakingClause(speech.starts[index][0], index))
                     index += 1
                 elif started:  # the turn ended before this clause played
                     return

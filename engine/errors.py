@@ -47,3 +47,10 @@ class HistoryError(ParleyError):
 class GPUUnavailableError(ParleyError):
     """The GPU cannot run a model (there is none, or it ran out of memory); the message says what Parley
     does instead (the CPU). Reported as a notice: the conversation goes on."""
+
+
+def user_message(error: BaseException) -> str:
+    """What to tell the user of an error: a ParleyError's own message, else that Parley itself failed (and how)."""
+    if isinstance(error, ParleyError):
+        return str(error)
+    return f"something went wrong inside Parley ({type(error).__name__}: {error}); the conversation goes on"

@@ -2,7 +2,7 @@
 reports to the desktop app and the command line.
 
 The Assistant (engine/assistant.py) emits them to its subscribers, on its own threads: the loading events from the
-thread that loads, the conversation's from the voice loop's threads (engine/voice.py). A `message` is for the user,
+thread that loads, the conversation's from the voice loop's threads (engine/voice_loop.py). A `message` is for the user,
 in the engine's words; an `error` is the exception behind it, for the app to choose a headline and a fix.
 """
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from engine.assistant import AssistantInfo
     from engine.errors import AudioDeviceLostError, HistoryError
     from engine.metrics import Figure, TurnMetrics
-    from engine.pipeline import TurnResult
+    from engine.dialogue import TurnResult
 
 # What the voice loop is doing (StateChanged.state)
 STATES = ("listening", "hearing", "thinking", "speaking", "idle", "muted")
@@ -96,7 +96,7 @@ class StateChanged:
 @dataclass(frozen=True)
 class Level:
     """The microphone's input level over the last VoiceOptions.level_interval_ms (~10 a second), in dBFS
-    (0 is full scale; engine.voice.SILENT_DBFS for silence)."""
+    (0 is full scale; engine.listening.SILENT_DBFS for silence)."""
 
     rms_dbfs: float
 

@@ -1,6 +1,6 @@
 """Latency figures of a conversation, each defined once here (docs/ARCHITECTURE.md, "Measuring").
 
-The pipeline (engine/pipeline.py) measures one `TurnMetrics` per turn and hands it to a
+The pipeline (engine/dialogue.py) measures one `TurnMetrics` per turn and hands it to a
 `MetricsRecorder`, which keeps a rolling window per figure, reports p50/p95, and delivers each turn's
 figures as an event to its subscribers (the app shows them; it measures nothing).
 """

@@ -138,7 +138,7 @@ def sound_server(pulse_server):
     return pulse_server
 
 
-# -- speech and Whisper (tests/stt, tests/test_pipeline.py)
+# -- speech and Whisper (tests/stt, tests/test_dialogue.py)
 
 @pytest.fixture(scope="session")
 def speak(tmp_path_factory):
@@ -180,7 +180,7 @@ def transcriber(whisper_dir):
     return Transcriber(whisper_dir, TranscriberOptions(device="cpu", cpu_threads=2))
 
 
-# -- tiny TTS checkpoints (tests/tts, tests/test_pipeline.py)
+# -- tiny TTS checkpoints (tests/tts, tests/test_dialogue.py)
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
@@ -232,7 +232,7 @@ def smollm2_path():
         pytest.skip(str(e))
 
 
-# -- the user's voice into a microphone (tests/test_voice.py, tests/test_cli.py, tests/app, tests/audio)
+# -- the user's voice into a microphone (tests/test_voice_loop.py, tests/test_cli.py, tests/app, tests/audio)
 
 MIC_RATE_HZ = 16_000  # what the user's speech is played at (engine/stt SAMPLE_RATE_HZ)
 # What the user says into the microphone in the live-audio tests, and the word its transcript must hold. Whisper

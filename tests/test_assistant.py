@@ -287,7 +287,7 @@ def test_a_new_voice_applies_without_reloading_the_models(shared, base_config):
 def test_echo_cancellation_applies_by_restarting_the_loop_without_reloading(shared, base_config, monkeypatch):
     """apply() with echo cancellation off, then on: each time a new VoiceLoop is built with that option (the
     canceller is made when a loop starts), and no loading step runs."""
-    from engine.voice import VoiceLoop
+    from engine.voice_loop import VoiceLoop
 
     assistant, events = shared
     built = []

@@ -1,5 +1,5 @@
-"""The conversation loop on real parts: SmolLM2 (GGUF), the tiny TTS checkpoint, Whisper base, the Player
-on PulseAudio's null sink and a SQLite history file; typed turns, spoken turns and barge-in."""
+"""The Dialogue, one turn at a time, on real parts: SmolLM2 (GGUF), the tiny TTS checkpoint, Whisper base, the
+Player on PulseAudio's null sink and a SQLite history file; typed turns, spoken turns and barge-in."""
 
 import math
 import threading
@@ -13,7 +13,7 @@ from engine.history import HistoryStore
 from engine.llm.chat import ChatModel, ChatOptions
 from engine.llm.clauses import ClauseOptions, split_clauses
 from engine.metrics import FIGURES, MetricsRecorder
-from engine.pipeline import Dialogue, DialogueOptions
+from engine.dialogue import Dialogue, DialogueOptions
 
 WAIT_S = 60  # generous: the null sink runs slow and the machine is shared
 FRAME_SAMPLES = 1920  # one 80 ms TTS frame at 24 kHz; short_checkpoint speaks at most 6 per clause
@@ -149,11 +149,11 @@ def test_speaking_emoji_alone_is_refused_by_the_engines_one_rule(dialogue):
 def test_stop_before_a_voice_turns_reply_starts_saves_the_user_turn_and_speaks_nothing(dialogue, player, speak):
     """stop() once the transcript is in but before the LLM runs: nothing is spoken, the turn is interrupted,
     the user's words are saved and no empty reply is."""
-    from engine.pipeline import TurnHooks
+    from engine.events import Heard
 
     written = player.stats().frames_written
     result = dialogue.voice_turn(speak("Tell me about the weather today."),
-                                 hooks=TurnHooks(heard=lambda text: dialogue.stop()))
+                                 emit=lambda event: dialogue.stop() if isinstance(event, Heard) else None)
     assert result.interrupted and result.reply_text == "" and result.heard_text == ""
     assert player.stats().frames_written == written
     (user,) = saved_turns(dialogue)

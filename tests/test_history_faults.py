@@ -16,9 +16,9 @@ from engine.history import HistoryStore, Turn
 from engine.llm.chat import ChatModel, ChatOptions
 from engine.llm.clauses import ClauseOptions
 from engine.metrics import MetricsRecorder
-from engine.pipeline import Dialogue, DialogueOptions, TurnHooks
+from engine.dialogue import Dialogue, DialogueOptions
 from engine.events import Notice, TurnFinished
-from engine.voice import VoiceLoop
+from engine.voice_loop import VoiceLoop
 
 WAIT_S = 120  # generous: the null sink runs slow and the machine is shared
 CLAUSES = ClauseOptions(min_first_words=1, min_words=2)
@@ -83,9 +83,9 @@ def dialogue(chat, short_tts, player, tmp_path):
 
 
 def notices():
-    """TurnHooks that collect the notices of a turn, and the list they go to."""
+    """A turn's event callback that collects the errors of its Notices, and the list they go to."""
     seen = []
-    return TurnHooks(notice=seen.append), seen
+    return (lambda event: seen.append(event.error) if isinstance(event, Notice) else None), seen
 
 
 def test_a_turn_while_another_process_holds_the_lock_is_saved_with_the_next_one(dialogue):

@@ -57,7 +57,7 @@ def test_loading_the_models_and_a_spoken_and_typed_turn_stay_offline(
     from engine.audio import Player
     from engine.history import HistoryStore
     from engine.llm.chat import ChatModel, ChatOptions
-    from engine.pipeline import Dialogue, DialogueOptions
+    from engine.dialogue import Dialogue, DialogueOptions
     from engine.stt import Transcriber, TranscriberOptions
     from engine.tts import load_tts
 

@@ -70,7 +70,7 @@ def dialogue(smollm2_path, short_checkpoint, pulse_server, tmp_path):
     from engine.history import HistoryStore
     from engine.llm.chat import ChatModel, ChatOptions
     from engine.llm.clauses import ClauseOptions
-    from engine.pipeline import Dialogue, DialogueOptions
+    from engine.dialogue import Dialogue, DialogueOptions
 
     pulse_server.ensure_running()
     chat = ChatModel(smollm2_path, ChatOptions(n_ctx=512, max_tokens=12, n_threads=1, temperature=0.0))
@@ -81,14 +81,14 @@ def dialogue(smollm2_path, short_checkpoint, pulse_server, tmp_path):
 
 
 def test_a_turn_hit_by_out_of_memory_is_spoken_whole_noticed_and_saved(dialogue, short_tts):
-    """say() with the fault in its first clause: every clause plays to its end, the notice hook gets the
+    """say() with the fault in its first clause: every clause plays to its end, a Notice carries the
     GPUUnavailableError, the audio written is the failed chunk plus both whole clauses, and the turn is saved."""
-    from engine.pipeline import TurnHooks
+    from engine.events import Notice
 
     fail_at_frame(dialogue.tts, 3)
     seen = []
     before = dialogue.player.stats().frames_written
-    result = dialogue.say(TEXT, TurnHooks(notice=seen.append))
+    result = dialogue.say(TEXT, lambda event: seen.append(event.error) if isinstance(event, Notice) else None)
     written = dialogue.player.stats().frames_written - before
 
     assert result.heard_text == TEXT and not result.interrupted

@@ -16,12 +16,13 @@ from engine.history import HistoryStore
 from engine.llm.chat import ChatModel, ChatOptions
 from engine.llm.clauses import ClauseOptions, split_clauses
 from engine.metrics import FIGURES, MetricsRecorder
-from engine.pipeline import Dialogue, DialogueOptions
+from engine.dialogue import Dialogue, DialogueOptions
 from engine.events import (
     BargeIn, DeviceLost, DeviceRestored, Heard, Level, Partial, ReplyText, SpeakingClause, SpeechStarted, StateChanged,
     TurnFailed, TurnFinished,
 )  # fmt: skip
-from engine.voice import SILENT_DBFS, Mode, VadOptions, VoiceLoop, VoiceOptions
+from engine.listening import SILENT_DBFS, Mode, VadOptions, VoiceOptions
+from engine.voice_loop import VoiceLoop
 from tests.conftest import QUESTION, QUESTION_WORD, SECOND_QUESTION, SECOND_WORD, Events
 
 WAIT_S = 120  # generous: the null sinks run slow and the machine is shared

@@ -156,7 +156,7 @@ def chat(smollm2_path):
 
 def dialogue_on(player, chat, short_tts, history, transcriber=None):
     from engine.llm.clauses import ClauseOptions
-    from engine.pipeline import Dialogue, DialogueOptions
+    from engine.dialogue import Dialogue, DialogueOptions
 
     chat.clear_history()
     return Dialogue(chat, short_tts, player, history, transcriber,
@@ -176,7 +176,7 @@ def test_the_loop_saves_the_cut_turn_says_the_speakers_are_gone_and_speaks_again
     from engine.audio import Player
     from engine.history import HistoryStore
     from engine.events import DeviceLost, DeviceRestored, SpeakingClause, TurnFailed, TurnFinished
-    from engine.voice import VoiceLoop
+    from engine.voice_loop import VoiceLoop
     from tests.conftest import Events
 
     long_text = "First part, second part, third part, fourth part, fifth part, sixth part, the end."
@@ -217,7 +217,8 @@ def test_a_headset_unplugged_mid_sentence_keeps_what_was_said_and_the_loop_liste
     from engine.events import DeviceLost, DeviceRestored, Heard, Level, SpeechStarted, TurnFailed, TurnFinished
     from engine.history import HistoryStore
     from engine.stt.vad import VadOptions
-    from engine.voice import VoiceLoop, VoiceOptions
+    from engine.listening import VoiceOptions
+    from engine.voice_loop import VoiceLoop
     from tests.conftest import Events
 
     plugs.plug("headmic", f"rate={MIC_RATE_HZ}", "channels=1")

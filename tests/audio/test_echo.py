@@ -250,8 +250,9 @@ def loopback_loop(sound_server, chat, short_tts, transcriber, speak, tmp_path):
     from engine.audio import Microphone, Player
     from engine.history import HistoryStore
     from engine.llm.clauses import ClauseOptions
-    from engine.pipeline import Dialogue, DialogueOptions
-    from engine.voice import VadOptions, VoiceLoop, VoiceOptions
+    from engine.dialogue import Dialogue, DialogueOptions
+    from engine.listening import VadOptions, VoiceOptions
+    from engine.voice_loop import VoiceLoop
     from tests.conftest import Events
 
     chat.clear_history()

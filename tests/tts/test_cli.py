@@ -157,7 +157,7 @@ def test_the_reported_seed_writes_its_wav_where_it_once_crashed_at_frame_67(tmp_
 
 def test_emoji_alone_are_refused_before_loading_as_the_app_refuses_them(tmp_path, short_checkpoint):
     """`parley say` with only emoji exits 2 with the engine's one rule (the app's speak-as-written gives the same
-    message, tests/test_pipeline.py), before any model is loaded."""
+    message, tests/test_dialogue.py), before any model is loaded."""
     code, err, cwd = parley(tmp_path, "😀🎉👍", "--out", "speech.wav", "--model", short_checkpoint)
     assert code == 2 and "parley: nothing to speak: the text has no letters or digits" in err
     assert "loaded" not in err and "Traceback" not in err and list(cwd.iterdir()) == []
