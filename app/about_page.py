@@ -2,7 +2,7 @@
 of each profile, the settings, the models and caches), that nothing leaves it, and the licences.
 
 The places are the engine's own (engine/history.py history_path, engine/models.py models_dir, the
-Hugging Face cache, engine/stt/whisper.py cache_dir; app/models_page.py locate) and QSettings' file,
+Hugging Face cache, engine/stt/whisper.py cache_dir; engine/models.py locate_model) and QSettings' file,
 so the page shows this machine's real paths. "Delete all history…" asks first, then emits
 delete_history(); the window has the file erased in place, through the engine's own store
 (HistoryStore.erase_all) or, with no engine loaded, engine.history.erase_history().
@@ -127,7 +127,7 @@ class AboutPage(QWidget):
         """(what, where) for everything Parley keeps on this computer, as the page lists it."""
         from huggingface_hub import constants
 
-        from app.models_page import locate
+        from engine.models import locate_model
         from engine.models import models_dir
         from engine.stt.whisper import cache_dir
 
@@ -142,7 +142,7 @@ class AboutPage(QWidget):
         rows.append(("Settings", settings_location(self.settings)))
         for kind, title, key in (("tts", "Speech model", "models/tts"), ("stt", "Speech recognition", "models/stt"),
                                  ("llm", "Language model", "models/llm")):
-            found = locate(kind, str(self.settings.value(key, "") or ""))
+            found = locate_model(kind, str(self.settings.value(key, "") or ""))
             # the engine's reason is long (it holds the download command): the Models page shows it whole
             rows.append((title, found.where if found.path is not None else
                          "not found on this computer; Settings > Models… finds or downloads it"))

