@@ -263,7 +263,7 @@ class Assistant:
                 self._emit(VoiceInputOff(str(e), e, "opening the microphone"))
 
         self._advance()
-        self._start_loop(None)
+        self._start_loop(self._new_dialogue())
         self._advance()
 
     def _gpu_notice(self, message: str, doing: str) -> None:
@@ -279,16 +279,15 @@ class Assistant:
 
     # -- the conversation's loop ---------------------------------------------------------------------------
 
-    def _start_loop(self, conversation: ConversationRef | None) -> None:
-        """A new VoiceLoop over the loaded models, and a new Dialogue saving to `conversation` (an earlier Dialogue's,
-        to carry it on; None: a new one)."""
+    def _start_loop(self, dialogue) -> None:
+        """A new VoiceLoop over the loaded models and `dialogue` (see _new_dialogue)."""
         from engine.listening import VoiceOptions
         from engine.stt.vad import VadOptions
         from engine.voice_loop import VoiceLoop
 
         self._close_loop()
         config = self.config
-        self.dialogue = dialogue = self._new_dialogue(conversation)
+        self.dialogue = dialogue
         # partials: the live transcript while the user speaks (a Whisper run per 0.8 s of new speech, skipped
         # while a turn is being transcribed)
         voice = VoiceOptions(mode=config.listen_mode, vad=VadOptions(silence_ms=config.silence_ms), partials=True,
@@ -301,18 +300,24 @@ class Assistant:
         ]
         self.loop.start()
 
-    def _new_dialogue(self, conversation: ConversationRef | None):
-        """A Dialogue in the config's voice (configured_voice: VoiceNotFound where the model lacks the configured
-        speaker), saving to `conversation`."""
-        from engine.dialogue import Dialogue, DialogueOptions
+    def _new_dialogue(self, conversation: ConversationRef | None = None):
+        """A Dialogue in the config's voice, saving to `conversation` (an earlier Dialogue's, to carry it on; None:
+        a new one)."""
+        from engine.dialogue import Dialogue
+
+        return Dialogue(self.chat, self.tts, self.player, self.history, self.transcriber,
+                        options=self._dialogue_options(), metrics=self.metrics, conversation=conversation)
+
+    def _dialogue_options(self):
+        """The config's voice as DialogueOptions, fitted to the speech model (configured_voice: VoiceNotFound where
+        the model lacks the configured speaker)."""
+        from engine.dialogue import DialogueOptions
 
         voice = configured_voice(self.tts.config, self.config)
         if voice.not_found is not None:
             self._emit(voice.not_found)
-        options = DialogueOptions(speaker=voice.speaker, language=voice.language, tts_seed=self.config.tts_seed,
-                                  style=voice.style)
-        return Dialogue(self.chat, self.tts, self.player, self.history, self.transcriber, options=options,
-                        metrics=self.metrics, conversation=conversation)
+        return DialogueOptions(speaker=voice.speaker, language=voice.language, tts_seed=self.config.tts_seed,
+                               style=voice.style)
 
     def _close_loop(self) -> None:
         for unsubscribe in self._unsubscribe:
@@ -325,9 +330,9 @@ class Assistant:
     # -- settings --------------------------------------------------------------------------------------------
 
     def apply(self, config: AssistantConfig) -> None:
-        """New settings: the voice, listening and prompt are taken at once (Ready); new models or devices mean a
-        new load() (see AssistantConfig.models_differ), which this does. A voice the model cannot take leaves the
-        old one (Notice)."""
+        """New settings: the voice and the prompt are taken by the conversation in place, the listening options by a
+        new voice loop over it (Ready); new models or devices mean a new load() (see AssistantConfig.models_differ),
+        which this does. A voice the model cannot take leaves the old one (Notice)."""
         if self.loop is None or self.config.models_differ(config):
             self.close()
             self.config = config
@@ -337,17 +342,19 @@ class Assistant:
 
         self.chat.system_prompt = config.system_prompt or DEFAULT_SYSTEM_PROMPT
         old, self.config = self.config, config
-        conversation = self.dialogue.conversation  # goes on in the new Dialogue
+        voice = ("speaker", "language", "style", "tts_seed")
         try:
-            # the loop makes its echo canceller when it starts, so echo_cancellation needs a new loop too
-            voice = ("speaker", "language", "style", "silence_ms", "echo_cancellation", "tts_seed")
             if any(getattr(old, name) != getattr(config, name) for name in voice):
-                self._start_loop(conversation)
+                self.dialogue.set_options(self._dialogue_options())  # from the next turn on, checked first
+            # the endpointer takes its silence, and the loop makes its echo canceller, when the loop starts
+            if old.silence_ms != config.silence_ms or old.echo_cancellation != config.echo_cancellation:
+                self._start_loop(self.dialogue)
             elif old.listen_mode != config.listen_mode:
                 self.loop.set_mode(config.listen_mode)
         except Exception as e:  # e.g. a language the model lacks: the old voice stays
             self.config = old
-            self._start_loop(conversation)
+            if self.loop is None:  # closed before the new one failed: the old settings' loop again
+                self._start_loop(self.dialogue)
             self._emit(Notice(str(e), e, "applying the settings"))
         self._emit(Ready(self.info))
 
@@ -392,22 +399,21 @@ class Assistant:
     def open_conversation(self, conversation_id: int) -> None:
         """Carry on a saved conversation: the LLM sees its turns, new turns are saved to it (Ready). One that cannot
         be read leaves the conversation as it was (Notice)."""
-        going_on = self.dialogue.conversation
         try:
             conversation = self.history.open_conversation(conversation_id)
-            self._close_loop()  # no turn runs while the LLM's history is replaced
-            self.chat.history = conversation.messages()
-            going_on = ConversationRef(conversation_id)
         except Exception as e:  # the conversation under way goes on
             self._emit(Notice(str(e), e, "reopening the conversation"))
-        self._start_loop(going_on)
+        else:
+            self._close_loop()  # no turn runs while the LLM's history is replaced
+            self.chat.history = conversation.messages()
+            self._start_loop(self._new_dialogue(ConversationRef(conversation_id)))
         self._emit(Ready(self.info))
 
     def new_conversation(self) -> None:
         """Start afresh: the LLM forgets, the next turn opens a new saved conversation (Ready)."""
         self._close_loop()
         self.chat.clear_history()
-        self._start_loop(None)
+        self._start_loop(self._new_dialogue())
         self._emit(Ready(self.info))
 
     def conversation_deleted(self, conversation_id: int) -> None:
@@ -422,17 +428,18 @@ class Assistant:
         (HistoryStore.erase_all; the turns not saved yet go too), so no connection is left on a deleted file; then
         the LLM forgets and the next turn starts a new conversation (HistoryErased, Ready). If nothing could be
         deleted (locked, read-only), the conversation goes on as it was."""
-        conversation, error = self.dialogue.conversation, None
+        dialogue, error = self.dialogue, None
         self._close_loop()  # no turn is being saved meanwhile
         try:
             self.history.erase_all()
         except HistoryError as e:
             error = e
-        if error is None or (conversation.id is not None and not self._still_saved(conversation.id)):
+        conversation_id = dialogue.conversation_id
+        if error is None or (conversation_id is not None and not self._still_saved(conversation_id)):
             self.chat.clear_history()
-            self._start_loop(None)
+            self._start_loop(self._new_dialogue())
         else:  # nothing was erased: the conversation goes on, with its turns that wait for the file
-            self._start_loop(conversation)
+            self._start_loop(dialogue)
         self._emit(HistoryErased(error))
         self._emit(Ready(self.info))
 

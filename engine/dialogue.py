@@ -223,16 +223,25 @@ class Dialogue:
         from engine.audio.player import TTS_RATE_HZ
 
         self.chat, self.tts, self.player, self.history, self.transcriber = chat, tts, player, history, transcriber
-        self.options = options or DialogueOptions()
         self.metrics = metrics or MetricsRecorder()
         self.conversation = conversation or ConversationRef()
         if tts.sample_rate_hz != TTS_RATE_HZ:
             raise ParleyError(f"the TTS model speaks at {tts.sample_rate_hz} Hz; the player takes {TTS_RATE_HZ} Hz")
-        self.speaker = self.options.speaker or tts.default_speaker
-        tts.resolve_voice(self.speaker, self.options.language, self.options.style)  # bad names fail here, not mid-turn
+        self.set_options(options or DialogueOptions())  # bad names fail here, not mid-turn
         self._lock = threading.Lock()
         self._current: _TurnState | None = None
         self._turns = 0
+
+    def set_options(self, options: DialogueOptions) -> None:
+        """Speak from the next turn on with `options` (a turn under way keeps its voice), checked first.
+
+        Raises:
+            InputTextError: the speaker or language is not one the TTS model has, or a style it takes none of;
+                the options stay as they were.
+        """
+        speaker = options.speaker or self.tts.default_speaker
+        self.tts.resolve_voice(speaker, options.language, options.style)
+        self.options, self.speaker = options, speaker
 
     @property
     def conversation_id(self) -> int | None:

@@ -266,13 +266,14 @@ def test_stop_interrupts_the_reply_at_once(shared):
 
 
 def test_a_new_voice_applies_without_reloading_the_models(shared, base_config):
-    """apply() with another speaker: Ready again with that voice, and no loading step runs; a voice the model lacks
-    is named with the valid ones (VoiceNotFound) and the model's first speaks; a language it lacks is a Notice, and
-    the voice before stays."""
+    """apply() with another speaker: Ready again with that voice, taken by the conversation in place (no loading step,
+    no new loop); a voice the model lacks is named with the valid ones (VoiceNotFound) and the model's first speaks;
+    a language it lacks is a Notice, and the voice before stays."""
     assistant, events = shared
-    before = len(events.of(Loading))
+    before, loop, dialogue = len(events.of(Loading)), assistant.loop, assistant.dialogue
     assistant.apply(replace(base_config, speaker="aiden", system_prompt="Answer in one word."))
     assert events.of(Ready)[-1].info.speaker == "aiden" and len(events.of(Loading)) == before
+    assert assistant.loop is loop and assistant.dialogue is dialogue  # in place: the turns go on, numbered on
     assistant.apply(replace(base_config, speaker="rian"))
     unknown, info = events.of(VoiceNotFound)[-1], events.of(Ready)[-1].info
     assert unknown.speaker == "rian" and "ryan" in unknown.speakers and info.speaker == unknown.used
