@@ -58,7 +58,8 @@ def _check_models():
             raise RuntimeError(f"the bundled Whisper part {module}/data/{part} is missing")
     chat = ChatModel(bundled_model_path(), ChatOptions(n_threads=1))  # llama.cpp loads the GGUF
     tokens = chat.count_tokens("Hello from the bundle.")
-    return f"Silero VAD {silero_model_path().name}, Whisper base (bundled), {bundled_model_path().name} ({tokens} tokens)"
+    return (f"Silero VAD {silero_model_path().name}, Whisper base (bundled), "
+            f"{bundled_model_path().name} ({tokens} tokens)")
 
 
 def _check_window():

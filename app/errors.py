@@ -76,7 +76,8 @@ def problem_for(error: BaseException, doing: str) -> Problem:
                            "Parley carries on by itself once they are back; replies still show here.")
         return Problem("The microphone was disconnected", detail,
                        "Parley listens again by itself once it is back; typing still works.")
-    if isinstance(error, MicrophoneAccessError):  # the fix is in the system's settings, which the engine's message names
+    if isinstance(error, MicrophoneAccessError):
+        # the fix is in the system's settings, which the engine's message names
         return Problem("Access to the microphone is denied", detail, "")
     if isinstance(error, AudioDeviceError):
         return Problem(f"A sound device is not working ({doing})", detail,

@@ -63,7 +63,8 @@ class MessageBox(QPlainTextEdit):
         self.setFixedHeight(64)
 
     def keyPressEvent(self, event) -> None:
-        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) \
+                and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
             text = self.toPlainText().strip()
             if text:
                 (self.speak if event.modifiers() & Qt.KeyboardModifier.ControlModifier else self.send).emit(text)

@@ -67,7 +67,8 @@ def main() -> None:
         return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
     print("| window | p50 s | p95 s | runs |\n|---|---|---|---|")
-    for kind, label in (("app", "Parley MainWindow (style, settings, worker thread made)"), ("bare", "bare QMainWindow")):
+    for kind, label in (("app", "Parley MainWindow (style, settings, worker thread made)"),
+                        ("bare", "bare QMainWindow")):
         print(f"| {label} | {p(times[kind], 50):.2f} | {p(times[kind], 95):.2f} | {args.runs} |")
     print(f"\nratio app / bare at p50: {p(times['app'], 50) / p(times['bare'], 50):.2f}x")
 

@@ -69,7 +69,8 @@ def report(title: str, walls, kernels, calls: int, top: int, width: int) -> None
     rest = ranked[top:]
     if rest:
         n, us = sum(c for _, (c, _) in rest), sum(t for _, (_, t) in rest)
-        print(f"| {len(rest)} other kernels | {n / calls:.0f} | {us / calls:.1f} | {100 * us / calls / 1000 / busy:.0f}% |")
+        print(f"| {len(rest)} other kernels | {n / calls:.0f} | {us / calls:.1f} "
+              f"| {100 * us / calls / 1000 / busy:.0f}% |")
 
 
 def main() -> int:
@@ -78,7 +79,8 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=20, help="replays profiled per piece")
     parser.add_argument("--top", type=int, default=12, help="kernels listed per piece")
     parser.add_argument("--width", type=int, default=90, help="kernel names cut to this many characters")
-    parser.add_argument("--megakernel", action="store_true", help="attach the megakernel (its prefill and codec kernels)")
+    parser.add_argument("--megakernel", action="store_true",
+                        help="attach the megakernel (its prefill and codec kernels)")
     args = parser.parse_args()
     folder = checkpoint(args)
     tts = load_tts(folder, "cuda", megakernel=args.megakernel)

@@ -125,8 +125,8 @@ def report(tts, args: argparse.Namespace) -> None:
     for tag in sorted(per_tag):
         stage, wait = (np.array(v) / 1e3 for v in per_tag[tag])
         ms = stage.sum() / frames / 1e3
-        print(f"| {tag_name(tag)} | {len(stage) / frames:.0f} | {np.median(stage):.1f} | {np.percentile(stage, 95):.1f} "
-              f"| {np.median(wait):.1f} | {ms:.3f} | {100 * ms / total:.0f}% |")
+        print(f"| {tag_name(tag)} | {len(stage) / frames:.0f} | {np.median(stage):.1f} "
+              f"| {np.percentile(stage, 95):.1f} | {np.median(wait):.1f} | {ms:.3f} | {100 * ms / total:.0f}% |")
     print(f"| all | {len(rows) / frames:.0f} | | | | {total:.3f} | 100% |")
     if probes:
         points = sorted({point for by_point in probes.values() for point in by_point})

@@ -150,7 +150,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-growth-mb", type=float, default=50.0, help="RSS growth allowed after the warm-up")
     parser.add_argument("--timeout-s", type=float, default=180.0, help="longest wait for one turn")
     parser.add_argument("--echo-cancellation", action="store_true",
-                        help="run the loop's echo canceller, as the app does by default (off: the microphone is a headset)")
+                        help="run the loop's echo canceller, as the app does by default "
+                             "(off: the microphone is a headset)")
     parser.add_argument("--whisper", help="a CTranslate2 Whisper folder (default: the bundled base)")
     args = parser.parse_args(argv)
     if not 1 <= args.warm_up < args.turns:
@@ -358,9 +359,11 @@ def check(report: dict, history_file: Path, llm_history: list[dict], clauses, ma
     for t in cut:
         started = t["started_clauses"]
         prefixes = [" ".join(started[:k]) for k in range(len(started) + 1)]
-        if t["heard_text"] not in prefixes or not " ".join(split_clauses(t["reply_text"], clauses)).startswith(t["heard_text"]):
+        if t["heard_text"] not in prefixes \
+                or not " ".join(split_clauses(t["reply_text"], clauses)).startswith(t["heard_text"]):
             bad.append(t["turn"])
-    invariant("talked-over replies trimmed to what was heard", not bad and (cut or not report["barge_ins"]["scheduled"]),
+    invariant("talked-over replies trimmed to what was heard",
+              not bad and (cut or not report["barge_ins"]["scheduled"]),
               f"{len(cut)} interrupted of {report['barge_ins']['scheduled']} talked over"
               + (f"; not a heard prefix: turns {bad}" if bad else ""))
 
@@ -427,12 +430,14 @@ def to_markdown(report: dict) -> str:
     if len(s) >= 2:
         slope = np.polyfit([x["turn"] for x in s], [x["rss_mb"] for x in s], 1)[0]
         step = max(1, len(s) // 20)
-        curve = ", ".join(f"{x['turn'] + 1}: {x['rss_mb']:.1f}" for x in s[::step] + ([s[-1]] if (len(s) - 1) % step else []))
+        curve = ", ".join(f"{x['turn'] + 1}: {x['rss_mb']:.1f}"
+                          for x in s[::step] + ([s[-1]] if (len(s) - 1) % step else []))
         lines += ["", f"RSS curve (after turn: MB), fitted slope {slope * 100:+.2f} MB per 100 turns: {curve}"]
     lines += ["", "| figure (after the warm-up) | p50 | p95 | turns |", "|---|---|---|---|"]
     for name, label in ROWS:
         f = report["figures"].get(name)
-        lines.append(f"| {label} | {figure(f['p50'])} | {figure(f['p95'])} | {f['count']} |" if f else f"| {label} | - | - | 0 |")
+        lines.append(f"| {label} | {figure(f['p50'])} | {figure(f['p95'])} | {f['count']} |" if f
+                     else f"| {label} | - | - | 0 |")
     return "\n".join(lines) + "\n"
 
 

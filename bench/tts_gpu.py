@@ -200,7 +200,8 @@ def main() -> int:
         k50 = np.percentile(k, 50)
         vs_graph = f"{np.percentile(g, 50) / k50:.1f}x" if g else "-"
         tail = f"{floor:.3f} | {k50 / floor:.1f}x" if floor else "- | -"
-        print(f"| {name} | {cell(e)} | {cell(g)} | {cell(k)} | {np.percentile(e, 50) / k50:.1f}x | {vs_graph} | {tail} |")
+        print(f"| {name} | {cell(e)} | {cell(g)} | {cell(k)} | {np.percentile(e, 50) / k50:.1f}x "
+              f"| {vs_graph} | {tail} |")
     print("\nTTFC taken apart (megakernel engine, each part synchronized, wall clock ms):\n")
     print("| part | p50 | p95 |\n|---|---|---|")
     for name, v in parts.items():

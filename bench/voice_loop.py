@@ -195,11 +195,13 @@ def main(argv=None) -> int:
     parser.add_argument("--max-frames", type=int, default=12, help="random checkpoint: frames per clause cap")
     parser.add_argument("--turns", type=int, default=len(SCRIPT), help=f"scored turns (at most {len(SCRIPT)})")
     parser.add_argument("--silence-ms", type=int, default=700, help="the endpointer's end-of-turn pause")
-    parser.add_argument("--llm-threads", type=int, default=1, help="CPU threads for llama.cpp (1: two collapse on a busy 2-core machine)")
+    parser.add_argument("--llm-threads", type=int, default=1,
+                        help="CPU threads for llama.cpp (1: two collapse on a busy 2-core machine)")
     parser.add_argument("--timeout-s", type=float, default=180.0, help="longest wait for one turn")
     parser.add_argument("--audio", default="pulse", choices=["pulse", "virtual"],
                         help="PulseAudio null sinks, or the software sound card (see above)")
-    parser.add_argument("--voices", help="folder of the lines' speech, rendered there when missing (default: a temporary one)")
+    parser.add_argument("--voices",
+                        help="folder of the lines' speech, rendered there when missing (default: a temporary one)")
     parser.add_argument("--voices-only", action="store_true", help="render the lines into --voices and stop")
     parser.add_argument("--whisper", help="a CTranslate2 Whisper folder (default: the bundled base)")
     parser.add_argument("--json", help="also write the figures (p50/p95 per figure) to this JSON file")
@@ -229,7 +231,8 @@ def load_transcriber(args):
     Transcriber falls back by itself, saying why): the table names where it ran."""
     from engine.stt import Transcriber, TranscriberOptions
 
-    transcriber = Transcriber(args.whisper, TranscriberOptions(device=args.device, cpu_threads=2 if args.device == "cpu" else 0))
+    transcriber = Transcriber(args.whisper,
+                              TranscriberOptions(device=args.device, cpu_threads=2 if args.device == "cpu" else 0))
     if transcriber.gpu_unavailable:
         print(transcriber.gpu_unavailable, file=sys.stderr)
     transcriber.warm_up()
@@ -289,7 +292,8 @@ def run(args, audio, work: Path, voices_dir: Path) -> int:
 
     scored = dialogue.metrics.turns
     setup = (f"{platform.machine()} with {os.cpu_count()} CPU cores, --device {args.device}, --audio {args.audio}, "
-             f"TTS {args.model or 'random ' + args.size + f' (<= {args.max_frames} frames a clause)'} on {tts.device} ({tts_path}), "
+             f"TTS {args.model or 'random ' + args.size + f' (<= {args.max_frames} frames a clause)'} "
+             f"on {tts.device} ({tts_path}), "
              f"Whisper {transcriber.path.name} on {transcriber.device} ({transcriber.compute_type}), "
              f"LLM {chat.model_path.name} with {chat.n_gpu_layers} GPU layers, silence window {args.silence_ms} ms")
     print(f"\n{scored} scored turns ({failed} failed), {setup}\n")

@@ -200,7 +200,8 @@ def _play(stream, device, progress: _Progress):
         elapsed = time.perf_counter() - stream.t_start
         # a generous bound: the speech itself, plus the sound server's start-up
         if not player.wait_done(timeout_s=30 + 2 * progress.seconds):
-            raise ParleyError(f"output device {player.device.name} stopped playing; choose another with --output-device")
+            raise ParleyError(f"output device {player.device.name} stopped playing; "
+                              "choose another with --output-device")
         return elapsed, f"played on {player.device.name}"
 
 
@@ -317,7 +318,8 @@ def _voice_chat(assistant, about: str) -> int:
 
 
 def _device(value: str) -> str:
-    """`say --device`'s type: cpu, cuda or cuda:N (argparse's usage error otherwise, not a traceback from the engine)."""
+    """`say --device`'s type: cpu, cuda or cuda:N (argparse's usage error otherwise, not a traceback from the
+    engine)."""
     if re.fullmatch(r"cpu|cuda(:\d+)?", value) is None:
         raise argparse.ArgumentTypeError(f"'{value}' is not a device; choose cpu, cuda or cuda:N")
     return value
@@ -364,7 +366,8 @@ def main(argv=None) -> int:
     say = commands.add_parser("say", help="speak text on the speakers, or into a WAV file")
     say.add_argument("text", nargs="?", help="what to say; '-' or nothing reads standard input")
     say.add_argument("--out", help="write a WAV file (24 kHz mono) instead of playing")
-    say.add_argument("--output-device", help="speaker to play on: a name, part of one, or an index (default: the system's)")
+    say.add_argument("--output-device",
+                     help="speaker to play on: a name, part of one, or an index (default: the system's)")
     say.add_argument("--model", help=f"checkpoint folder or hub id ({settings} Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
     say.add_argument("--speaker", help=f"voice name ({settings} the model's first)")
     say.add_argument("--language", help=f"language name or 'auto' ({settings} auto)")
@@ -385,7 +388,8 @@ def main(argv=None) -> int:
                       "700 ms)")
     chat.add_argument("--input-device", help=f"microphone: a name, part of one, or an index ({settings} the system's)")
     chat.add_argument("--output-device", help=f"speaker: a name, part of one, or an index ({settings} the system's)")
-    chat.add_argument("--whisper", help=f"Whisper model: a CTranslate2 folder or hub name ({settings} the bundled base)")
+    chat.add_argument("--whisper", help=f"Whisper model: a CTranslate2 folder or hub name ({settings} "
+                      "the bundled base)")
     chat.add_argument("--model", help=f"TTS checkpoint folder or hub id ({settings} "
                       "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
     chat.add_argument("--llm", help=f"GGUF chat model file ({settings} the bundled SmolLM2-135M-Instruct)")

@@ -31,7 +31,8 @@ class DownloadError(ParleyError):
 
 
 class NoNetworkError(DownloadError):
-    """The hub cannot be reached (no network, or HF_HUB_OFFLINE is set); the message has the command to run elsewhere."""
+    """The hub cannot be reached (no network, or HF_HUB_OFFLINE is set); the message has the command to run
+    elsewhere."""
 
 
 class DownloadCancelled(DownloadError):
@@ -75,7 +76,8 @@ def download_model(repo_id: str, target: Path | str, *, files: Sequence[str] | N
     """
     target = Path(target).expanduser()
     if target.exists():
-        raise DownloadError(f"{target} already exists; choose it as the model folder, or move it aside to download again")
+        raise DownloadError(f"{target} already exists; choose it as the model folder, "
+                            "or move it aside to download again")
     partial = target.with_name(target.name + ".partial")
     partial.mkdir(parents=True, exist_ok=True)
     cancel = cancel or threading.Event()

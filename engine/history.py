@@ -203,14 +203,16 @@ class HistoryStore:
             # isolation_level=None: we open transactions ourselves, one per turn
             db = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as e:
-            raise HistoryError(f"{self.path}: cannot open the history database ({e}); check the folder exists and is writable") from e
+            raise HistoryError(f"{self.path}: cannot open the history database ({e}); "
+                               "check the folder exists and is writable") from e
         try:
             db.execute("PRAGMA foreign_keys = ON")
             # SQLite's own case-insensitive matching (LIKE) knows ASCII letters only; search() needs all of Unicode's
             db.create_function("casefold", 1, lambda s: None if s is None else s.casefold(), deterministic=True)
             mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if mode.lower() != "wal":
-                raise HistoryError(f"{self.path}: SQLite refused WAL mode (got {mode!r}); is the file on a network drive?")
+                raise HistoryError(f"{self.path}: SQLite refused WAL mode (got {mode!r}); "
+                                   "is the file on a network drive?")
             # FULL: a committed turn survives a power cut too, not only a crash of Parley
             db.execute("PRAGMA synchronous = FULL")
             # what is deleted is overwritten with zeros, not left readable in the file's free pages
@@ -405,7 +407,8 @@ class HistoryStore:
         Raises:
             HistoryError: no such conversation.
         """
-        head = self._read("SELECT id, title, created_at, updated_at FROM conversations WHERE id = ?", (conversation_id,))
+        head = self._read("SELECT id, title, created_at, updated_at FROM conversations WHERE id = ?",
+                          (conversation_id,))
         if not head:
             ids = [s.id for s in self.list_conversations()][:20]
             raise HistoryError(f"no conversation {conversation_id} in {self.path}; it has: {ids or 'none'}")

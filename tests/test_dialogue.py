@@ -72,7 +72,8 @@ def test_a_typed_turn_is_spoken_saved_and_measured(dialogue, player):
 
 
 def test_a_voice_turn_is_transcribed_answered_and_measured_from_the_end_of_speech(dialogue, player, speak):
-    """Spoken audio is transcribed, answered aloud and saved, with every figure measured (STT and voice-to-voice too)."""
+    """Spoken audio is transcribed, answered aloud and saved, with every figure measured (STT and voice-to-voice
+    too)."""
     import time
 
     # espeak's "colors" comes out as "cutlers" here; "weather" survives whole
@@ -93,7 +94,8 @@ def test_a_voice_turn_is_transcribed_answered_and_measured_from_the_end_of_speec
 
 
 def test_barge_in_flushes_playback_and_keeps_only_the_heard_clauses(dialogue, player):
-    """stop() while speaking flushes the player, ends the turn, and saves the reply as interrupted with only heard clauses."""
+    """stop() while speaking flushes the player, ends the turn, and saves the reply as interrupted with only heard
+    clauses."""
     start = player.stats()
     stopped = threading.Event()
 

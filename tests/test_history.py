@@ -31,8 +31,9 @@ def bytes_on_disk(path) -> bytes:
 def _conversation(store) -> int:
     cid = store.new_conversation()
     store.add_turn(cid, Turn("user", "What is the  capital of France?", created_at=1000.0, metrics={"stt_ms": 120.5}))
-    store.add_turn(cid, Turn("assistant", "Paris is the capital. It has many museums.", heard_text="Paris is the capital.",
-                             interrupted=True, created_at=1001.0, metrics={"ttfc_ms": 80.0, "llm_ttft_ms": 40.0}))
+    store.add_turn(cid, Turn("assistant", "Paris is the capital. It has many museums.",
+                             heard_text="Paris is the capital.", interrupted=True, created_at=1001.0,
+                             metrics={"ttfc_ms": 80.0, "llm_ttft_ms": 40.0}))
     return cid
 
 
@@ -128,8 +129,9 @@ def test_export_json_has_every_field(store):
     doc = json.loads(store.export_json(_conversation(store)))
     assert doc["title"] == "What is the capital of France?"
     assert doc["turns"][1] == {
-        "role": "assistant", "text": "Paris is the capital. It has many museums.", "heard_text": "Paris is the capital.",
-        "interrupted": True, "created_at": "1970-01-01T00:16:41.000Z", "metrics": {"ttfc_ms": 80.0, "llm_ttft_ms": 40.0},
+        "role": "assistant", "text": "Paris is the capital. It has many museums.",
+        "heard_text": "Paris is the capital.", "interrupted": True, "created_at": "1970-01-01T00:16:41.000Z",
+        "metrics": {"ttfc_ms": 80.0, "llm_ttft_ms": 40.0},
     }
 
 

@@ -65,7 +65,8 @@ def test_loading_the_models_and_a_spoken_and_typed_turn_stay_offline(
     transcriber = Transcriber(whisper_dir, TranscriberOptions(device="cpu", cpu_threads=2))
     chat = ChatModel(smollm2_path, ChatOptions(n_ctx=512, max_tokens=16, n_threads=1, temperature=0.0))
     with Player() as player, HistoryStore(tmp_path / "history.sqlite3") as history:
-        dialogue = Dialogue(chat, tts, player, history, transcriber, options=DialogueOptions(speaker="ryan", tts_seed=1))
+        dialogue = Dialogue(chat, tts, player, history, transcriber,
+                            options=DialogueOptions(speaker="ryan", tts_seed=1))
         spoken = dialogue.voice_turn(speak("Tell me about the weather today."))
         typed = dialogue.text_turn("Thank you.")
     assert "weather" in spoken.user_text.lower() and spoken.reply_text and typed.reply_text

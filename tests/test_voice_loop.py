@@ -328,7 +328,8 @@ def test_losing_the_microphone_is_reported_and_typed_turns_go_on(parts, user_mic
     assert finished.user_text == "Say hello." and finished.reply_text.strip()
 
 
-def test_a_microphone_giving_only_digital_silence_is_reported_and_hears_again_at_the_first_sound(parts, user_mic, speak):
+def test_a_microphone_giving_only_digital_silence_is_reported_and_hears_again_at_the_first_sound(
+        parts, user_mic, speak):
     """Exact zeros for silent_microphone_s (as macOS gives an app it denies the microphone): DeviceLost with a
     MicrophoneSilentError saying what to check, and 'idle'; the loop listens on, so the user's speech brings
     DeviceRestored and is heard as a turn."""

@@ -176,7 +176,8 @@ class EchoCanceller:
         # delays of either sign count, as the path exists either way
         lags = int(PATH_DELAY_S * RATE_HZ) // FRAME_SAMPLES
         window = len(levels) - 2 * lags
-        best = max(_correlation(far[shift : shift + window], near[lags : lags + window]) for shift in range(2 * lags + 1))
+        best = max(_correlation(far[shift : shift + window], near[lags : lags + window])
+                   for shift in range(2 * lags + 1))
         heard = True if best >= PATH_HEARD else False if best < PATH_UNHEARD else self._heard
         if heard != self._heard:
             log.info("the microphone %s the speakers (level correlation %.2f): echo cancellation %s",

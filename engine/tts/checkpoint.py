@@ -68,7 +68,8 @@ def load_weights(module: nn.Module, folder: Path, *, stem: str = "model", prefix
             for name in names:
                 key = name[len(prefix):]
                 if key not in expected:
-                    raise ModelFilesError(f"{path}: unexpected tensor {name}; the checkpoint does not match its config.json")
+                    raise ModelFilesError(f"{path}: unexpected tensor {name}; "
+                                          "the checkpoint does not match its config.json")
                 try:
                     tensor = f.get_tensor(name)
                 except Exception as e:

@@ -89,7 +89,8 @@ class DecoderConfig:
     @classmethod
     def read(cls, r: _Reader) -> "DecoderConfig":
         if r("use_sliding_window", False):
-            raise ModelFilesError(f"{r.path}: '{r.prefix}use_sliding_window' is true; Parley supports full attention only")
+            raise ModelFilesError(f"{r.path}: '{r.prefix}use_sliding_window' is true; "
+                                  "Parley supports full attention only")
         if r("hidden_act", "silu") != "silu":
             raise ModelFilesError(f"{r.path}: '{r.prefix}hidden_act' is {r('hidden_act')!r}; Parley supports 'silu'")
         if r("attention_bias", False):
@@ -142,9 +143,11 @@ class TalkerConfig:
         decoder = DecoderConfig.read(r)
         if section is not None and (not isinstance(section, list) or not all(type(n) is int for n in section)
                                     or 2 * sum(section) != decoder.head_dim):
-            raise ModelFilesError(f"{r.path}: talker_config.rope_scaling.mrope_section {section} does not cover head_dim {decoder.head_dim}")
+            raise ModelFilesError(f"{r.path}: talker_config.rope_scaling.mrope_section {section} "
+                                  f"does not cover head_dim {decoder.head_dim}")
         if rope.get("rope_type", rope.get("type", "default")) != "default":
-            raise ModelFilesError(f"{r.path}: talker_config.rope_scaling type {rope.get('rope_type')!r}; Parley supports 'default'")
+            raise ModelFilesError(f"{r.path}: talker_config.rope_scaling type {rope.get('rope_type')!r}; "
+                                  "Parley supports 'default'")
         dialects = {k.lower(): v for k, v in r.sub("spk_is_dialect", {}).data.items() if v}
         return cls(
             decoder=decoder,
@@ -183,7 +186,8 @@ class TTSConfig:
         path = Path(path)
         r = _Reader(read_json(path), path)
         if r("tokenizer_type", "qwen3_tts_tokenizer_12hz") != "qwen3_tts_tokenizer_12hz":
-            raise ModelFilesError(f"{path}: tokenizer_type {r('tokenizer_type')!r}; Parley supports the 12 Hz models only")
+            raise ModelFilesError(f"{path}: tokenizer_type {r('tokenizer_type')!r}; "
+                                  "Parley supports the 12 Hz models only")
         return cls(
             model_type=str(r("tts_model_type")),
             model_size=str(r("tts_model_size", "")),

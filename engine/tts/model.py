@@ -133,7 +133,8 @@ class DecoderLayer(nn.Module):
     def forward(self, x, delta, cos, sin, cache, layer):
         """The residual stream x plus the previous layer's MLP output delta (None in the first layer) -> (the stream
         after this layer's attention, this layer's MLP output). The sums are x + attention(norm(x)), then
-        + mlp(norm(x)), each add left to the norm that reads its sum (RMSNorm.add: one launch for both in the kernel)."""
+        + mlp(norm(x)), each add left to the norm that reads its sum (RMSNorm.add: one launch for both in the
+        kernel)."""
         x, h = self.input_layernorm.add(x, delta)
         x, h = self.post_attention_layernorm.add(x, self.self_attn(h, cos, sin, cache, layer))
         return x, self.mlp(h)
@@ -285,7 +286,8 @@ class FrameState:
 
 
 class Qwen3TTS(nn.Module):
-    """The speech model as the official checkpoint stores it (talker.*; a Base model's speaker_encoder.* is not loaded)."""
+    """The speech model as the official checkpoint stores it (talker.*; a Base model's speaker_encoder.* is not
+    loaded)."""
 
     def __init__(self, cfg: TalkerConfig):
         super().__init__()

@@ -20,7 +20,8 @@ def _repo(big_bytes: int = 64 * 1024) -> dict[str, bytes]:
 
 
 def test_download_fetches_every_file_and_reports_progress_up_to_the_total(tmp_path):
-    """Every file arrives byte for byte under the target; progress grows to (total, total); no hub bookkeeping remains."""
+    """Every file arrives byte for byte under the target; progress grows to (total, total); no hub bookkeeping
+    remains."""
     files = _repo()
     seen = []
     with FakeHub({REPO: files}) as hub:

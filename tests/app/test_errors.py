@@ -4,7 +4,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.errors import ErrorDialog, Problem, problem_for
 from engine.errors import (AudioDeviceError, AudioDeviceLostError, GPUUnavailableError, HistoryError, InputTextError,
-                           MicrophoneAccessError, MicrophoneSilentError, ModelFilesError)
+                           ModelFilesError)
 
 
 def test_each_kind_of_failure_points_to_the_page_that_fixes_it():
@@ -12,7 +12,8 @@ def test_each_kind_of_failure_points_to_the_page_that_fixes_it():
     missing = problem_for(ModelFilesError("/x: no such model folder"), "loading the speech model")
     assert missing.action == "models" and missing.detail == "/x: no such model folder"
     assert "speech model" in missing.headline
-    assert problem_for(AudioDeviceError("this machine has no input device"), "opening the microphone").action == "settings"
+    assert problem_for(AudioDeviceError("this machine has no input device"),
+                       "opening the microphone").action == "settings"
     assert "choose another one in Settings" in problem_for(AudioDeviceError("x"), "y").advice
     memory = problem_for(MemoryError(), "loading the speech model")
     assert memory.headline.startswith("Out of memory") and memory.action == "settings"
@@ -68,7 +69,6 @@ def test_a_problem_shows_its_text_as_written_in_rich_text(qtbot):
     and in the dialog (rich text would drop the placeholder as an unknown tag and join the lines); an empty
     advice adds no empty line."""
     from PySide6.QtGui import QTextDocument
-    from PySide6.QtWidgets import QLabel
 
     from app.main_window import NoticeBar
 

@@ -65,7 +65,8 @@ def test_loading_names_each_step_where_the_state_is_and_the_talk_button_waits(wi
     words), the talk button says "Loading…" and takes no press; ready, it listens; a failed load says "Not ready"."""
     window.worker.event.emit(Loading("speech model", 2, 7, "speech model (first start: compiling its GPU kernel, "
                                                           "about a minute)"))
-    assert window.state_label.text() == "Loading the speech model (first start: compiling its GPU kernel, about a minute)…"
+    assert window.state_label.text() == ("Loading the speech model (first start: compiling its GPU kernel, "
+                                         "about a minute)…")
     assert not window.load_bar.isHidden() and window.load_bar.value() == 2
     assert window.talk_button.text() == "Loading…" and not window.talk_button.isEnabled()
     window.worker.event.emit(Loading("conversation", 7, 7))
@@ -247,7 +248,8 @@ def test_saving_the_settings_restyles_the_app_at_once(window, qtbot, qapp):
 
 
 def test_ctrl_h_lists_saved_conversations_and_reopening_one_shows_it(window, qtbot, tmp_path):
-    """History… (Ctrl+H) shows the store's conversations; reopening one shows its turns and asks the worker to continue it."""
+    """History… (Ctrl+H) shows the store's conversations; reopening one shows its turns and asks the worker to
+    continue it."""
     from engine.history import HistoryStore, Turn
 
     with HistoryStore(tmp_path / "history.sqlite3") as store:

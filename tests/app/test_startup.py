@@ -28,7 +28,8 @@ print(json.dumps({"shown": window.isVisible(), "modules": sorted(sys.modules)}))
 
 
 def test_showing_the_window_imports_no_engine_library(tmp_path):
-    """torch, llama.cpp, Whisper and PortAudio load in the worker, after the window is up (it opens in well under 2 s)."""
+    """torch, llama.cpp, Whisper and PortAudio load in the worker, after the window is up (it opens in
+    well under 2 s)."""
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "parley.ini")], env=env,
                           capture_output=True, text=True, timeout=120, cwd=ROOT)

@@ -260,11 +260,13 @@ def loopback_loop(sound_server, chat, short_tts, transcriber, speak, tmp_path):
         player, mic = stack.enter_context(Player()), stack.enter_context(Microphone())
         history = stack.enter_context(HistoryStore(tmp_path / "history.sqlite3"))
         dialogue = Dialogue(chat, EspeakVoice(short_tts, speak), player, history, transcriber,
-                            options=DialogueOptions(speaker="ryan", clauses=ClauseOptions(min_first_words=1, min_words=2)))
+                            options=DialogueOptions(speaker="ryan",
+                                                    clauses=ClauseOptions(min_first_words=1, min_words=2)))
 
         def run(**options):
             events = Events()
-            loop = stack.enter_context(VoiceLoop(dialogue, mic, options=VoiceOptions(vad=VadOptions(silence_ms=500), **options)))
+            loop = stack.enter_context(VoiceLoop(dialogue, mic,
+                                                 options=VoiceOptions(vad=VadOptions(silence_ms=500), **options)))
             loop.subscribe(events)
             loop.start()
             return loop, events, dialogue

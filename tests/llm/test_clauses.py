@@ -74,12 +74,21 @@ def test_a_sentence_end_after_a_number_or_url_still_breaks():
 
 def test_closing_quotes_stay_with_their_clause():
     """Quotes and brackets after a sentence end belong to that sentence."""
-    assert split_clauses('He said "stop." Then he left (finally.) Bye.') == ['He said "stop."', "Then he left (finally.)", "Bye."]
+    assert split_clauses('He said "stop." Then he left (finally.) Bye.') == [
+        'He said "stop."',
+        "Then he left (finally.)",
+        "Bye.",
+    ]
 
 
 def test_cjk_punctuation_breaks_without_spaces():
     """。！？ end a clause with no space after them; ， does once the clause has three characters."""
-    assert split_clauses("你好，世界。今天天气很好！我们去公园吧？好") == ["你好，世界。", "今天天气很好！", "我们去公园吧？", "好"]
+    assert split_clauses("你好，世界。今天天气很好！我们去公园吧？好") == [
+        "你好，世界。",
+        "今天天气很好！",
+        "我们去公园吧？",
+        "好",
+    ]
     assert split_clauses("我觉得很好，谢谢你。") == ["我觉得很好，", "谢谢你。"]
 
 
@@ -167,7 +176,8 @@ def test_options_reject_nonsense():
 
 
 _ALPHABET = st.sampled_from(
-    list("abcXYZ019 .,;:!?-—–\n*#`'\"()") + ["。", "，", "！", "你", "好", "😀", "👍🏽", "e.g.", "Mr.", "3.14", "```", "- ", "## "]
+    list("abcXYZ019 .,;:!?-—–\n*#`'\"()")
+    + ["。", "，", "！", "你", "好", "😀", "👍🏽", "e.g.", "Mr.", "3.14", "```", "- ", "## "]
 )
 _TEXT = st.lists(_ALPHABET, max_size=80).map("".join)
 

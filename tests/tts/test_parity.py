@@ -144,7 +144,8 @@ def test_parley_loads_a_folder_saved_by_the_official_classes(tiny_checkpoint, tm
     saved = json.loads((folder / "config.json").read_text())
     saved["speaker_encoder_config"].pop("model_type", None)
     (folder / "config.json").write_text(json.dumps(saved))
-    codec_config = Qwen3TTSTokenizerV2Config(**json.loads((tiny_checkpoint / "speech_tokenizer" / "config.json").read_text()))
+    codec_config = Qwen3TTSTokenizerV2Config(
+        **json.loads((tiny_checkpoint / "speech_tokenizer" / "config.json").read_text()))
     codec = Qwen3TTSTokenizerV2Model(codec_config)
     # the official random init leaves the codebooks at zero (silence), so give it real random weights
     codec.load_state_dict(load_file(tiny_checkpoint / "speech_tokenizer" / "model.safetensors"))
