@@ -51,14 +51,17 @@ def _check_models():
     from engine.stt.vad import SileroVad, silero_model_path
     from engine.stt.whisper import BUNDLED_PARTS
 
+    from engine.stt.turn import TurnModel
+
     SileroVad()  # an onnxruntime session on faster-whisper's bundled model
+    turn = TurnModel()  # and one on the end-of-turn model pipecat-ai carries
     for module, part in BUNDLED_PARTS:
         folder = package_folder(module)
         if folder is None or not (folder / "data" / part).is_file():
             raise RuntimeError(f"the bundled Whisper part {module}/data/{part} is missing")
     chat = ChatModel(bundled_model_path(), ChatOptions(n_threads=1))  # llama.cpp loads the GGUF
     tokens = chat.count_tokens("Hello from the bundle.")
-    return (f"Silero VAD {silero_model_path().name}, Whisper base (bundled), "
+    return (f"Silero VAD {silero_model_path().name}, {turn.path.name}, Whisper base (bundled), "
             f"{bundled_model_path().name} ({tokens} tokens)")
 
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass, replace
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from engine.errors import (AudioDeviceError, AudioDeviceLostError, GPUUnavailableError, HistoryError, InputTextError,
-                           MicrophoneAccessError, MicrophoneSilentError, ModelFilesError, ParleyError)
+from engine.errors import (AudioDeviceError, AudioDeviceLostError, FeatureUnavailableError, GPUUnavailableError,
+                           HistoryError, InputTextError, MicrophoneAccessError, MicrophoneSilentError, ModelFilesError,
+                           ParleyError)
 
 ACTIONS = {"models": "Open Models…", "settings": "Open Settings…"}
 
@@ -85,6 +86,9 @@ def problem_for(error: BaseException, doing: str) -> Problem:
     if isinstance(error, HistoryError):
         return Problem("The conversation history cannot be saved", detail,
                        "The conversation goes on, and is saved as soon as the file can be written.")
+    if isinstance(error, FeatureUnavailableError):
+        return Problem("Parley runs without one of its parts", detail,
+                       "The conversation goes on; the message says how to get the part back.")
     if isinstance(error, GPUUnavailableError):
         return Problem("The GPU is not available; Parley is using the CPU", detail,
                        "Replies may be slower; the conversation goes on. Close other programs using the GPU, "

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from app.settings import THEMES, Settings
 from engine.assistant import DEFAULT_VOICE_DESCRIPTION, AssistantInfo
 from engine.errors import AudioDeviceError
-from engine.settings import ENGINE_DEVICES, LISTEN_MODES, SILENCE_MS_RANGE
+from engine.settings import ENGINE_DEVICES, LISTEN_MODES, LONGEST_PAUSE_MS_RANGE, SILENCE_MS_RANGE
 
 DEVICE_DEFAULT = "System default"
 
@@ -113,10 +113,20 @@ class SettingsDialog(QDialog):
             self.mode.addItem({"hands-free": "Hands-free (answers when you pause)",
                                "push-to-talk": "Push-to-talk (hold Space)"}[mode], mode)
         self._select(self.mode, s.listen_mode)
+        self.turn_detection = QCheckBox("Know when I have finished (end-of-turn detection)",
+                                        objectName="turnDetection", checked=s.turn_detection)
+        self.turn_detection.setToolTip("Hands-free: after a short pause Parley listens to how you spoke to tell "
+                                       "whether you have finished; if not, it waits while you think")
+        self.longest_pause = QSpinBox(objectName="longestPauseMs", suffix=" ms", singleStep=250)
+        self.longest_pause.setRange(*LONGEST_PAUSE_MS_RANGE)
+        self.longest_pause.setValue(s.longest_pause_ms)
+        self.longest_pause.setToolTip("With end-of-turn detection: the longest pause Parley waits while you think")
         self.silence = QSpinBox(objectName="silenceMs", suffix=" ms", singleStep=100)
         self.silence.setRange(*SILENCE_MS_RANGE)
         self.silence.setValue(s.silence_ms)
-        self.silence.setToolTip("Hands-free: how long a pause ends your turn")
+        self.silence.setToolTip("Hands-free without end-of-turn detection: how long a pause ends your turn")
+        self.turn_detection.toggled.connect(self._show_pauses)
+        self._show_pauses(s.turn_detection)
         self.echo = QCheckBox("Echo cancellation (for open speakers)", objectName="echoCancellation",
                               checked=s.echo_cancellation)
         self.echo.setToolTip("Takes Parley's own voice out of the microphone, so it does not interrupt itself. "
@@ -126,9 +136,16 @@ class SettingsDialog(QDialog):
         form = QFormLayout()
         form.addRow("Microphone", self.input)
         form.addRow("Mode", self.mode)
+        form.addRow("", self.turn_detection)
+        form.addRow("Longest pause to think", self.longest_pause)
         form.addRow("Pause that ends a turn", self.silence)
         form.addRow("", self.echo)
         return self._page(form)
+
+    def _show_pauses(self, turn_detection: bool) -> None:
+        """Only the pause that applies can be changed: the longest one with end-of-turn detection, else the other."""
+        self.longest_pause.setEnabled(turn_detection)
+        self.silence.setEnabled(not turn_detection)
 
     def _assistant_tab(self) -> QWidget:
         from engine.llm.chat import DEFAULT_SYSTEM_PROMPT
@@ -177,6 +194,7 @@ class SettingsDialog(QDialog):
             "style": " ".join(self.style.text().split()),
             "output_device": self.output.currentData(),
             "input_device": self.input.currentData(), "listen_mode": self.mode.currentData(),
+            "turn_detection": self.turn_detection.isChecked(), "longest_pause_ms": self.longest_pause.value(),
             "silence_ms": self.silence.value(), "echo_cancellation": self.echo.isChecked(),
             "system_prompt": self.prompt.toPlainText().strip(),
             "device": self.device.currentData(), "theme": self.theme.currentData(),

@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.errors import GPUUnavailableError, HistoryError, InputTextError, ParleyError
+from engine.errors import (FeatureUnavailableError, GPUUnavailableError, HistoryError, InputTextError,
+                           ModelFilesError, ParleyError)
 from engine.events import (ConversationEnded, Figures, HistoryErased, LoadFailed, Loading, Notice, Ready,
                            VoiceInputOff, VoiceNotFound)
 from engine.history import ConversationRef
@@ -137,6 +138,7 @@ class Assistant:
         if subscribe is not None:
             self._subscribers.subscribe(subscribe)
         self.history = self.chat = self.tts = self.transcriber = self.player = self.microphone = None
+        self.turn_model = None  # the end-of-turn model, where hands-free turns take one
         self.dialogue = self.loop = None
         self.metrics = None  # one MetricsRecorder for the assistant's life: p50/p95 span rebuilt loops
         self.device = "cpu"
@@ -249,6 +251,7 @@ class Assistant:
         except Exception as e:  # typed turns still work without it
             self._emit(VoiceInputOff(str(e), e, "loading the speech recognition"))
             self.transcriber = None
+        self._load_turn_model()
 
         self._advance()
         from engine.audio import Microphone, Player
@@ -265,6 +268,21 @@ class Assistant:
         self._advance()
         self._start_loop(self._new_dialogue())
         self._advance()
+
+    def _load_turn_model(self) -> None:
+        """The end-of-turn model, where the config asks for it and there is speech to hear; where it cannot be
+        loaded, a Notice, and the pause alone ends each turn."""
+        self.turn_model = None
+        if not (self.config.turn_detection and self.transcriber is not None):
+            return
+        from engine.stt.turn import TurnModel
+
+        try:
+            self.turn_model = TurnModel()
+        except ModelFilesError as e:
+            error = FeatureUnavailableError(f"end-of-turn detection is off ({e}); a pause of "
+                                            f"{self.config.silence_ms} ms ends each turn")
+            self._emit(Notice(str(error), error, "loading the end-of-turn model"))
 
     def _gpu_notice(self, message: str, doing: str) -> None:
         error = GPUUnavailableError(message)
@@ -290,9 +308,10 @@ class Assistant:
         self.dialogue = dialogue
         # partials: the live transcript while the user speaks (a Whisper run per 0.8 s of new speech, skipped
         # while a turn is being transcribed)
-        voice = VoiceOptions(mode=config.listen_mode, vad=VadOptions(silence_ms=config.silence_ms), partials=True,
-                             echo_cancellation=config.echo_cancellation)
-        self.loop = VoiceLoop(dialogue, self.microphone, options=voice)
+        silence_ms = config.longest_pause_ms if self.turn_model is not None else config.silence_ms
+        voice = VoiceOptions(mode=config.listen_mode, vad=VadOptions(silence_ms=silence_ms),
+                             partials=config.live_transcript, echo_cancellation=config.echo_cancellation)
+        self.loop = VoiceLoop(dialogue, self.microphone, options=voice, turn_model=self.turn_model)
         recorder = self.metrics
         self._unsubscribe = [
             self.loop.subscribe(self._emit),
@@ -346,8 +365,12 @@ class Assistant:
         try:
             if any(getattr(old, name) != getattr(config, name) for name in voice):
                 self.dialogue.set_options(self._dialogue_options())  # from the next turn on, checked first
-            # the endpointer takes its silence, and the loop makes its echo canceller, when the loop starts
-            if old.silence_ms != config.silence_ms or old.echo_cancellation != config.echo_cancellation:
+            # the endpointer takes its pauses and its model, and the loop makes its echo canceller, when the loop
+            # starts
+            listening = ("turn_detection", "silence_ms", "longest_pause_ms", "echo_cancellation")
+            if any(getattr(old, name) != getattr(config, name) for name in listening):
+                if old.turn_detection != config.turn_detection:
+                    self._load_turn_model()
                 self._start_loop(self.dialogue)
             elif old.listen_mode != config.listen_mode:
                 self.loop.set_mode(config.listen_mode)

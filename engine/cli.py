@@ -214,8 +214,10 @@ def _chat(args) -> int:
 
     config = load_config(tts_model=args.model, stt_model=args.whisper, llm_model=args.llm,
                          speaker=args.speaker, input_device=args.input_device, output_device=args.output_device,
-                         silence_ms=args.silence_ms, listen_mode=args.listen_mode, device=args.device,
-                         history_file=history_path(args.profile), voice_input=not args.text)
+                         silence_ms=args.silence_ms, longest_pause_ms=args.longest_pause_ms,
+                         turn_detection=args.turn_detection, listen_mode=args.listen_mode, device=args.device,
+                         history_file=history_path(args.profile), voice_input=not args.text,
+                         live_transcript=False)  # a terminal shows what was heard once it is final
     if args.speaker:  # a misspelt name is told at once, not after loading three models
         _voice(find_tts_model(config.tts_model or None), config, args.speaker, None, None)
     printer = _Printer(typed=args.text)
@@ -334,14 +336,17 @@ def _engine_device(value: str) -> str:
     return value
 
 
-def _milliseconds(value: str) -> int:
-    """--silence-ms's type: a whole number of milliseconds in the settings' range, checked before the models load."""
-    from engine.settings import SILENCE_MS_RANGE
+def _milliseconds(bounds: tuple[int, int]):
+    """The type of a pause flag: a whole number of milliseconds within the setting's bounds, checked before the
+    models load."""
+    low, high = bounds
 
-    low, high = SILENCE_MS_RANGE
-    if not value.isdecimal() or not low <= int(value) <= high:
-        raise argparse.ArgumentTypeError(f"'{value}' is not a whole number of milliseconds in {low}..{high}")
-    return int(value)
+    def parse(value: str) -> int:
+        if not value.isdecimal() or not low <= int(value) <= high:
+            raise argparse.ArgumentTypeError(f"'{value}' is not a whole number of milliseconds in {low}..{high}")
+        return int(value)
+
+    return parse
 
 
 def _show_warnings() -> None:
@@ -359,6 +364,8 @@ def _show_warnings() -> None:
 
 
 def main(argv=None) -> int:
+    from engine.settings import LONGEST_PAUSE_MS_RANGE, SILENCE_MS_RANGE
+
     _show_warnings()
     parser = argparse.ArgumentParser(prog="parley", description="Parley: a private, offline voice assistant.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -384,8 +391,13 @@ def main(argv=None) -> int:
                       help=f"Enter starts and ends each spoken turn ({settings} hands-free)")
     mode.add_argument("--hands-free", dest="listen_mode", action="store_const", const="hands-free",
                       help="a pause ends each spoken turn")
-    chat.add_argument("--silence-ms", type=_milliseconds, help=f"hands-free: the pause that ends a turn ({settings} "
-                      "700 ms)")
+    chat.add_argument("--turn-detection", action=argparse.BooleanOptionalAction,
+                      help="hands-free: after a short pause, tell from the voice whether you have finished "
+                      f"({settings} on)")
+    chat.add_argument("--silence-ms", type=_milliseconds(SILENCE_MS_RANGE),
+                      help=f"hands-free without turn detection: the pause that ends a turn ({settings} 700 ms)")
+    chat.add_argument("--longest-pause-ms", type=_milliseconds(LONGEST_PAUSE_MS_RANGE),
+                      help=f"with turn detection: the longest pause to think ({settings} 2000 ms)")
     chat.add_argument("--input-device", help=f"microphone: a name, part of one, or an index ({settings} the system's)")
     chat.add_argument("--output-device", help=f"speaker: a name, part of one, or an index ({settings} the system's)")
     chat.add_argument("--whisper", help=f"Whisper model: a CTranslate2 folder or hub name ({settings} "

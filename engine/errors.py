@@ -44,6 +44,11 @@ class HistoryError(ParleyError):
     """The conversation history database cannot be read or written (locked, disk full, corrupt)."""
 
 
+class FeatureUnavailableError(ParleyError):
+    """An optional part of Parley cannot run (its model is not installed); the message says what Parley does
+    instead and how to get the part. Reported as a notice: the conversation goes on."""
+
+
 class GPUUnavailableError(ParleyError):
     """The GPU cannot run a model (there is none, or it ran out of memory); the message says what Parley
     does instead (the CPU). Reported as a notice: the conversation goes on."""

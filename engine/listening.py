@@ -174,15 +174,17 @@ class Listener:
         closing: set when the loop closes.
         ahead: early and partial transcription (engine/transcribing.py TranscribingAhead), or None (no Whisper).
         vad: the Silero model for the Endpointer; loaded from faster-whisper when None.
+        turn_model: the end-of-turn model (engine/stt/turn.py TurnModel) the Endpointer asks after a short pause,
+            or None: the pause alone ends a turn.
     Raises:
         ModelFilesError: the Silero VAD model is missing.
     """
 
     def __init__(self, microphone, options: VoiceOptions, owner: Owner, closing: threading.Event, ahead=None,
-                 vad: SileroVad | None = None):
+                 vad: SileroVad | None = None, turn_model=None):
         self.microphone, self.options, self._owner, self._closing, self._ahead = (microphone, options, owner,
                                                                                   closing, ahead)
-        self._endpointer = Endpointer(options.vad, options.mode, vad)
+        self._endpointer = Endpointer(options.vad, options.mode, vad, turn_model)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         # (stream sample where a block starts, its t_captured): places the end of speech in time
         self._captured: deque[tuple[int, float]] = deque(maxlen=blocks(options.vad.max_turn_s * 1000 + 2000))

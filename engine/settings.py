@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from engine.llm.chat import ChatOptions
 
-__all__ = ["ENGINE_DEVICES", "LISTEN_MODES", "SETTINGS", "SILENCE_MS_RANGE", "AssistantConfig", "Setting",
-           "load_config", "read_settings", "settings_path"]
+__all__ = ["ENGINE_DEVICES", "LISTEN_MODES", "LONGEST_PAUSE_MS_RANGE", "SETTINGS", "SILENCE_MS_RANGE",
+           "AssistantConfig", "Setting", "load_config", "read_settings", "settings_path"]
 
 LISTEN_MODES = ("hands-free", "push-to-talk")
 ENGINE_DEVICES = ("auto", "cuda", "cpu")
 SILENCE_MS_RANGE = (200, 3000)
+LONGEST_PAUSE_MS_RANGE = (500, 5000)
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,11 @@ class AssistantConfig:
     style: how the voice speaks (1.7B CustomVoice) or what it sounds like (VoiceDesign), for the TTS's
         instruct; "" for none. Models that take none ignore it (AssistantInfo.style_kind says which).
     input_device, output_device: a device name or part of one; "" is the system default.
-    listen_mode: "hands-free" or "push-to-talk". silence_ms: hands-free end-of-turn silence (the VAD's default).
+    listen_mode: "hands-free" or "push-to-talk".
+    turn_detection: hands-free, a short pause asks the end-of-turn model (engine/stt/turn.py) whether the user has
+        finished: the reply starts then, or Parley waits up to longest_pause_ms while they think.
+    silence_ms: hands-free without turn detection, the pause that ends a turn (the VAD's default).
+    longest_pause_ms: with turn detection, the pause that ends a turn even when the model says it goes on.
     echo_cancellation: take Parley's own voice out of the microphone (open speakers; a headset's passes through).
     system_prompt: the LLM's first message; "" is the engine's own.
     device: "auto" (the GPU when there is one), "cuda" or "cpu", for the TTS, Whisper and the LLM.
@@ -45,7 +50,9 @@ class AssistantConfig:
     chat_options: engine ChatOptions for the LLM (threads, sampling); None is ChatOptions().
     tts_seed: makes speech reproducible (tests); None draws a seed per clause.
     voice_input: open speech recognition and the microphone; False for typed turns only (`parley chat --text`).
-    The last four are not kept in the settings file.
+    live_transcript: transcribe what the user says while they speak (Partial events, for a window to show); each
+        costs a Whisper run, so a caller that shows none turns it off.
+    The last five are not kept in the settings file.
     """
 
     tts_model: str = ""
@@ -57,7 +64,9 @@ class AssistantConfig:
     input_device: str = ""
     output_device: str = ""
     listen_mode: str = "hands-free"
+    turn_detection: bool = True
     silence_ms: int = 700
+    longest_pause_ms: int = 2000
     echo_cancellation: bool = True
     system_prompt: str = ""
     device: str = "auto"
@@ -65,6 +74,7 @@ class AssistantConfig:
     chat_options: ChatOptions | None = None
     tts_seed: int | None = None
     voice_input: bool = True
+    live_transcript: bool = True
 
     def __post_init__(self):
         for setting in SETTINGS:
@@ -73,7 +83,7 @@ class AssistantConfig:
     def models_differ(self, other: AssistantConfig) -> bool:
         """Whether going from self to other needs the models or sound devices opened anew (not just the voice)."""
         heavy = ("tts_model", "stt_model", "llm_model", "input_device", "output_device", "device", "history_file",
-                 "chat_options", "voice_input")
+                 "chat_options", "voice_input", "live_transcript")
         return any(getattr(self, name) != getattr(other, name) for name in heavy)
 
 
@@ -135,7 +145,9 @@ SETTINGS = (
     _field("audio/input", "input_device"),
     _field("audio/output", "output_device"),
     _field("listen/mode", "listen_mode", choices=LISTEN_MODES),
+    _field("listen/turn_detection", "turn_detection"),
     _field("listen/silence_ms", "silence_ms", bounds=SILENCE_MS_RANGE),
+    _field("listen/longest_pause_ms", "longest_pause_ms", bounds=LONGEST_PAUSE_MS_RANGE),
     _field("listen/echo_cancellation", "echo_cancellation"),
     _field("llm/system_prompt", "system_prompt"),
     _field("engine/device", "device", choices=ENGINE_DEVICES),

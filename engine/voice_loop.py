@@ -75,12 +75,14 @@ class VoiceLoop:
         microphone: 16 kHz blocks (engine/audio Microphone); None for typed turns only.
         options: VoiceOptions() when None.
         vad: the Silero model for the Endpointer; loaded from faster-whisper when None.
+        turn_model: the end-of-turn model (engine/stt/turn.py TurnModel) for hands-free turns, or None: a pause of
+            options.vad.silence_ms alone ends a turn.
     Raises:
         ModelFilesError: the Silero VAD model is missing (only with a microphone).
     """
 
     def __init__(self, dialogue: Dialogue, microphone=None, options: VoiceOptions | None = None, *,
-                 vad: SileroVad | None = None):
+                 vad: SileroVad | None = None, turn_model=None):
         self.dialogue, self.microphone = dialogue, microphone
         self.options = opts = options or VoiceOptions()
         self._subscribers: Subscribers[object] = Subscribers("voice-loop")
@@ -91,10 +93,10 @@ class VoiceLoop:
             if dialogue.transcriber is not None:  # a partial transcript goes to the Listener, which knows if it is late
                 self._ahead = TranscribingAhead(dialogue.transcriber, opts.partials, self._closing,
                                                 on_partial=lambda *partial: self._listener.partial(*partial))
-            self._listener = Listener(microphone, opts, self, self._closing, self._ahead, vad)
+            self._listener = Listener(microphone, opts, self, self._closing, self._ahead, vad, turn_model)
         self._mode = opts.mode
         self._lock = threading.RLock()  # guards the state below; StateChanged is emitted under it, in order
-        self._state = "idle"
+        self._state: str | None = None  # the last state announced; the first, at start(), is always announced
         self._running = False  # between start() and close()
         self._closed = False
         self._hearing = False  # an utterance is being collected
@@ -123,8 +125,8 @@ class VoiceLoop:
 
     @property
     def state(self) -> str:
-        """The last state announced by StateChanged (one of engine.events.STATES)."""
-        return self._state
+        """The last state announced by StateChanged (one of engine.events.STATES); "idle" before start()."""
+        return self._state or "idle"
 
     @property
     def turn_running(self) -> bool:

@@ -306,6 +306,30 @@ def test_echo_cancellation_applies_by_restarting_the_loop_without_reloading(shar
     assert len(built) == 2 and len(events.of(Loading)) == before
 
 
+def test_end_of_turn_detection_is_on_by_default_and_its_absence_is_a_notice(shared, base_config, monkeypatch):
+    """Hands-free turns get the end-of-turn model and the longest pause; turned off, the fixed pause; turned on where
+    the model is not installed, a Notice that says how to get it, and the fixed pause."""
+    from engine.errors import FeatureUnavailableError
+    from engine.stt import turn
+
+    assistant, events = shared
+    assert assistant.turn_model is not None and assistant.loop.options.vad.silence_ms == base_config.longest_pause_ms
+    off = replace(base_config, turn_detection=False)
+    assistant.apply(off)
+    assert assistant.turn_model is None and assistant.loop.options.vad.silence_ms == base_config.silence_ms
+    monkeypatch.setattr(turn, "package_folder", lambda module: None)  # as where pipecat-ai is not installed
+    notices = len(events.of(Notice))
+    assistant.apply(base_config)
+    (notice,) = events.of(Notice)[notices:]
+    assert isinstance(notice.error, FeatureUnavailableError) and "pip install --no-deps pipecat-ai" in notice.message
+    assert f"a pause of {base_config.silence_ms} ms ends each turn" in notice.message
+    assert assistant.turn_model is None and assistant.loop.options.vad.silence_ms == base_config.silence_ms
+    monkeypatch.undo()
+    assistant.apply(off)
+    assistant.apply(base_config)
+    assert assistant.turn_model is not None and assistant.loop.options.vad.silence_ms == base_config.longest_pause_ms
+
+
 def test_push_to_talk_and_mute_show_in_the_loops_state(shared):
     """press() starts listening on the real microphone, release() with nothing said goes back to idle;
     mute shows as "muted" and unmuting returns to idle (push-to-talk with the key up)."""

@@ -101,7 +101,11 @@ class VadOptions:
     neg_threshold: below this a block is silence; in between keeps the current state (hysteresis,
         as faster-whisper's threshold - 0.15). None means threshold - 0.15.
     min_speech_ms: speech shorter than this is a click or a cough, not a turn.
-    silence_ms: hands-free: this much silence after speech ends the turn.
+    silence_ms: hands-free: this much silence after speech ends the turn (with an end-of-turn model: the longest
+        pause, when the model says the user has not finished).
+    turn_check_ms: hands-free, with an end-of-turn model: the pause after which it is asked whether the user has
+        finished; yes ends the turn there, no waits for more speech or silence_ms.
+    turn_threshold: the model's probability of a complete turn at or above which it ends (its own cut, 0.5).
     pre_roll_ms: audio kept before the first speech block (the model notices onsets a little late).
     tail_ms: audio kept after the last speech block (word endings fade below the threshold).
     max_turn_s: hands-free: a turn this long ends even without a pause (30 s is Whisper's window).
@@ -111,6 +115,8 @@ class VadOptions:
     neg_threshold: float | None = None
     min_speech_ms: int = 150
     silence_ms: int = 700
+    turn_check_ms: int = 200
+    turn_threshold: float = 0.5
     pre_roll_ms: int = 300
     tail_ms: int = 200
     max_turn_s: float = 30.0
@@ -122,7 +128,9 @@ class VadOptions:
             raise ValueError(
                 f"neg_threshold must be between 0 and threshold ({self.threshold}), got {self.neg_threshold}"
             )
-        for name in ("min_speech_ms", "silence_ms", "pre_roll_ms", "tail_ms"):
+        if not 0.0 < self.turn_threshold < 1.0:
+            raise ValueError(f"turn_threshold must be between 0 and 1, got {self.turn_threshold}")
+        for name in ("min_speech_ms", "silence_ms", "turn_check_ms", "pre_roll_ms", "tail_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.max_turn_s <= 0:
@@ -148,7 +156,8 @@ class SpeechStart:
 @dataclass(frozen=True, eq=False)
 class Turn:
     """One utterance. audio: (n,) float32 at 16 kHz, pre-roll and tail included; start_sample and
-    end_sample place it in the stream; reason: "silence", "max-length", "released" or "flushed"."""
+    end_sample place it in the stream; reason: "silence", "complete" (the end-of-turn model said so after
+    turn_check_ms of silence), "max-length", "released" or "flushed"."""
 
     audio: np.ndarray
     start_sample: int
@@ -177,15 +186,17 @@ def split_blocks(audio: np.ndarray) -> Iterator[np.ndarray]:
 class Endpointer:
     """Finds turns in a stream of 16 kHz blocks: `feed(block)` returns the events it completes.
 
-    Hands-free: a turn starts when speech lasts min_speech_ms and ends after silence_ms of silence.
-    Push-to-talk: `press()` and `release()` bound the turn; silence never ends it, and the audio
+    Hands-free: a turn starts when speech lasts min_speech_ms and ends after silence_ms of silence, or, with an
+    end-of-turn model (engine/stt/turn.py TurnModel), after turn_check_ms of it where the model says the user has
+    finished. Push-to-talk: `press()` and `release()` bound the turn; silence never ends it, and the audio
     handed back is trimmed to the speech inside (plus pre-roll and tail). Not thread-safe: one
     capture loop feeds it.
     """
 
     def __init__(self, options: VadOptions | None = None, mode: Mode | str = Mode.HANDS_FREE,
-                 vad: SileroVad | None = None):
+                 vad: SileroVad | None = None, turn_model=None):
         self.options = options or VadOptions()
+        self.turn_model = turn_model
         try:
             self.mode = Mode(mode)
         except ValueError:
@@ -196,6 +207,7 @@ class Endpointer:
         self._pre_roll = round(o.pre_roll_ms * SAMPLE_RATE_HZ / 1000)
         self._tail = round(o.tail_ms * SAMPLE_RATE_HZ / 1000)
         self._silence = round(o.silence_ms * SAMPLE_RATE_HZ / 1000)
+        self._turn_check = round(o.turn_check_ms * SAMPLE_RATE_HZ / 1000)
         self._min_speech = round(o.min_speech_ms * SAMPLE_RATE_HZ / 1000)
         self._max_turn = round(o.max_turn_s * SAMPLE_RATE_HZ)
         # enough past blocks to reach back pre_roll_ms before a speech run of min_speech_ms
@@ -219,6 +231,7 @@ class Endpointer:
         self._last_speech_end = 0
         self._speech_samples = 0
         self._silence_start: int | None = None
+        self._asked = False  # the end-of-turn model was asked about the pause under way
 
     @property
     def in_turn(self) -> bool:
@@ -262,8 +275,11 @@ class Endpointer:
             self._blocks.append(block)
             self._track(start, speech, silent, events)
             if self.mode is Mode.HANDS_FREE and self._collecting:
-                if self._silence_start is not None and self._pos - self._silence_start >= self._silence:
+                paused = None if self._silence_start is None else self._pos - self._silence_start
+                if paused is not None and paused >= self._silence:
                     events.append(self._finish("silence"))
+                elif paused is not None and paused >= self._turn_check and self._finished():
+                    events.append(self._finish("complete"))
                 elif self._pos - self._origin >= self._max_turn:
                     events.append(self._finish("max-length", trim_end=False))
         elif self.mode is Mode.HANDS_FREE:
@@ -329,8 +345,16 @@ class Endpointer:
             self._last_speech_end = start + BLOCK_SAMPLES
             self._speech_samples += BLOCK_SAMPLES
             self._silence_start = None
+            self._asked = False
         elif silent and self._silence_start is None and self._first_speech is not None:
             self._silence_start = start
+
+    def _finished(self) -> bool:
+        """Whether the end-of-turn model, asked once a pause, says the user has finished (always False without one)."""
+        if self.turn_model is None or self._asked:
+            return False
+        self._asked = True
+        return self.turn_model.probability(np.concatenate(self._blocks)) >= self.options.turn_threshold
 
     def _finish(self, reason: str, trim_end: bool = True) -> Turn:
         turn = self._turn(reason, min(self._last_speech_end + self._tail, self._pos) if trim_end else self._pos)

@@ -28,6 +28,7 @@ def test_every_setting_persists_under_the_shared_key(settings, tmp_path):
         "tts_model": "/models/tts", "stt_model": "/models/whisper", "llm_model": "/models/chat.gguf",
         "speaker": "ryan", "language": "english", "style": "calm", "input_device": "USB mic",
         "output_device": "pulse", "listen_mode": "push-to-talk", "silence_ms": 1200, "echo_cancellation": False,
+        "turn_detection": False, "longest_pause_ms": 3500,
         "system_prompt": "Be brief.", "device": "cpu", "theme": "dark",
     }
     for name, value in chosen.items():

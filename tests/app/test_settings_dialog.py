@@ -14,8 +14,8 @@ def choose(box, data):
 
 
 def test_saving_writes_every_choice_to_the_settings(qtbot, settings):
-    """Voice, language, listening (echo cancellation too), prompt, models and engine chosen in the dialog are in
-    the settings after Save."""
+    """Voice, language, listening (end-of-turn detection, its pauses and echo cancellation too), prompt, models and
+    engine chosen in the dialog are in the settings after Save; only the pause that applies can be changed."""
     dialog = SettingsDialog(settings, INFO)
     qtbot.addWidget(dialog)
     assert [dialog.speaker.itemData(i) for i in range(dialog.speaker.count())] == ["", "aiden", "ryan"]
@@ -23,6 +23,10 @@ def test_saving_writes_every_choice_to_the_settings(qtbot, settings):
     choose(dialog.speaker, "ryan")
     choose(dialog.language, "german")
     choose(dialog.mode, "push-to-talk")
+    assert dialog.turn_detection.isChecked() and dialog.longest_pause.isEnabled() and not dialog.silence.isEnabled()
+    dialog.longest_pause.setValue(3000)
+    dialog.turn_detection.click()  # off: the fixed pause is the one that applies
+    assert dialog.silence.isEnabled() and not dialog.longest_pause.isEnabled()
     dialog.silence.setValue(1100)
     assert dialog.echo.isChecked() and "headset" in dialog.echo.toolTip()
     dialog.echo.click()
@@ -38,6 +42,7 @@ def test_saving_writes_every_choice_to_the_settings(qtbot, settings):
     assert settings.system_prompt == "Answer in one sentence." and settings.llm_model == "/models/other.gguf"
     assert (settings.device, settings.theme) == ("cpu", "dark")
     assert settings.echo_cancellation is False
+    assert (settings.turn_detection, settings.longest_pause_ms) == (False, 3000)
     assert dialog.result() == SettingsDialog.DialogCode.Accepted
 
 

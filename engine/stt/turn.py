@@ -1,0 +1,84 @@
+"""End of turn from the voice itself: whether a pause is the end of what the user wanted to say, or a pause for thought.
+
+The model is Smart Turn v3.2 (Pipecat's open model, BSD-2-Clause: a Whisper-tiny encoder with a classifier, 8.7 MB,
+int8), which ships inside the pipecat-ai package. Parley installs that package without its dependencies and reads the
+model file only: pipecat-ai's own requirements (aiohttp, openai, numba, Pillow, ...) are not needed to run it, and its
+pins of soundfile and soxr conflict with Parley's. onnxruntime runs it on the CPU, on the Whisper log-mel features
+(faster-whisper's FeatureExtractor) of the last 8 s of the utterance, pause included, after zero-mean unit-variance
+normalisation, as Pipecat's LocalSmartTurnAnalyzerV3 does.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import ModelFilesError
+from engine.models import package_folder
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HOW_TO_GET", "TurnModel", "turn_model_path"]
+
+SAMPLE_RATE_HZ = 16_000
+WINDOW_S = 8  # the model's input: the last 8 s, zeros before shorter audio
+HOW_TO_GET = "install it with: pip install --no-deps pipecat-ai==1.14.0"
+_MODEL_FILE = ("audio", "turn", "smart_turn", "data", "smart-turn-v3.2-cpu.onnx")
+
+
+def turn_model_path() -> Path:
+    """The Smart Turn v3.2 model file in the installed pipecat-ai package (found, not imported).
+
+    Raises:
+        ModelFilesError: the package is not installed, or lacks the file; the message says how to install it.
+    """
+    folder = package_folder("pipecat")
+    path = None if folder is None else folder.joinpath(*_MODEL_FILE)
+    if path is None or not path.is_file():
+        raise ModelFilesError(f"the end-of-turn model (Smart Turn v3.2, from pipecat-ai) is not installed; "
+                              f"{HOW_TO_GET}")
+    return path
+
+
+class TurnModel:
+    """Smart Turn v3.2 on the CPU: probability() of an utterance being complete. Not thread-safe: one listening
+    thread asks it.
+
+    Args:
+        path: the ONNX file; None finds it in the pipecat-ai package.
+        threads: CPU threads for one inference (one keeps it off the cores the reply needs).
+    Raises:
+        ModelFilesError: the file is missing, or onnxruntime cannot read it.
+    """
+
+    def __init__(self, path: Path | None = None, threads: int = 1):
+        import onnxruntime
+        from faster_whisper.feature_extractor import FeatureExtractor
+
+        self.path = Path(path) if path is not None else turn_model_path()
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        try:
+            self._session = onnxruntime.InferenceSession(str(self.path), sess_options=options,
+                                                         providers=["CPUExecutionProvider"])
+        except Exception as e:  # onnxruntime raises its own types for missing and corrupt files
+            raise ModelFilesError(f"{self.path}: the end-of-turn model cannot be loaded ({e}); {HOW_TO_GET}") from None
+        self._features = FeatureExtractor(chunk_length=WINDOW_S)
+        self._frames = WINDOW_S * SAMPLE_RATE_HZ // self._features.hop_length  # 800
+
+    def probability(self, audio_16k: np.ndarray) -> float:
+        """How likely it is that the user has finished: 0..1 (above 0.5, the model's own cut, they have).
+
+        Args:
+            audio_16k: (n,) float32 mono at 16 kHz: the utterance, with the pause after it so far.
+        """
+        window = WINDOW_S * SAMPLE_RATE_HZ
+        audio = np.asarray(audio_16k, np.float32)[-window:]
+        audio = np.pad(audio, (window - len(audio), 0))
+        audio = (audio - audio.mean()) / np.sqrt(audio.var() + 1e-7)
+        features = self._features(audio.astype(np.float32), padding=0)[:, : self._frames]
+        (logits,) = self._session.run(None, {"input_features": features[None]})
+        return float(np.asarray(logits).ravel()[0])  # the model ends in a sigmoid: already a probability

@@ -1,0 +1,93 @@
+"""The end-of-turn model (Smart Turn v3.2 from the installed pipecat-ai package) on real espeak-ng speech: its
+features are Whisper's, it tells a finished question from a trailing "so, um", and a missing or broken model says
+how to get it; in the Endpointer it ends a finished turn after a short pause and waits through a thinking pause."""
+
+import numpy as np
+import pytest
+
+from engine.errors import ModelFilesError
+from engine.stt import BLOCK_SAMPLES, SAMPLE_RATE_HZ, Endpointer, SileroVad, Turn, VadOptions, split_blocks
+from engine.stt import turn as turn_module
+from engine.stt.turn import TurnModel
+from tests.stt.conftest import silence, voiced_span
+
+FINISHED = "What time does the store close?"
+THINKING = "Well, so, um"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return TurnModel()
+
+
+@pytest.fixture(scope="module")
+def voiced(speak):
+    def voiced(text):
+        audio = speak(text)
+        lo, hi = voiced_span(audio)
+        return audio[lo:hi]
+
+    return voiced
+
+
+def test_the_features_are_whispers_own(speak):
+    """The model's input equals transformers' WhisperFeatureExtractor (8 s, normalised), what it was trained on."""
+    from faster_whisper.feature_extractor import FeatureExtractor
+    from transformers import WhisperFeatureExtractor
+
+    audio = np.pad(speak(FINISHED), (SAMPLE_RATE_HZ * 8 - len(speak(FINISHED)), 0))
+    expected = WhisperFeatureExtractor(chunk_length=8)(audio, sampling_rate=SAMPLE_RATE_HZ, return_tensors="np",
+                                                       do_normalize=True).input_features[0]
+    normalised = ((audio - audio.mean()) / np.sqrt(audio.var() + 1e-7)).astype(np.float32)
+    ours = FeatureExtractor(chunk_length=8)(normalised, padding=0)[:, :800]
+    np.testing.assert_allclose(ours, expected, atol=1e-4)  # float32 FFTs in another order: ~2e-5 apart
+
+
+def test_a_finished_question_is_complete_and_a_trailing_filler_is_not(model, voiced):
+    """After 200 ms of pause: the question is a finished turn, "well, so, um" is not."""
+    pause = silence(0.2)
+    finished = model.probability(np.concatenate([voiced(FINISHED), pause]))
+    thinking = model.probability(np.concatenate([voiced(THINKING), pause]))
+    assert finished > 0.5 > thinking, (finished, thinking)
+
+
+def test_a_missing_or_broken_model_says_how_to_get_it(tmp_path, monkeypatch):
+    """No pipecat-ai package, or a file onnxruntime cannot read: ModelFilesError with the pip command."""
+    broken = tmp_path / "smart-turn.onnx"
+    broken.write_bytes(b"not a model")
+    with pytest.raises(ModelFilesError, match="cannot be loaded.*pip install --no-deps pipecat-ai==1.14.0"):
+        TurnModel(broken)
+    monkeypatch.setattr(turn_module, "package_folder", lambda module: None)  # as where it is not installed
+    with pytest.raises(ModelFilesError, match="is not installed; install it with: pip install --no-deps pipecat-ai"):
+        TurnModel()
+
+
+def ends(endpointer, audio, speech_end: int):
+    """(reason, ms after the end of speech) of the one turn feeding `audio` gives."""
+    turns = []
+    for i, block in enumerate(split_blocks(audio)):
+        turns += [(e.reason, ((i + 1) * BLOCK_SAMPLES - speech_end) * 1000 / SAMPLE_RATE_HZ)
+                  for e in endpointer.feed(block) if isinstance(e, Turn)]
+    assert len(turns) == 1, turns
+    return turns[0]
+
+
+def test_a_finished_turn_ends_after_a_short_pause_and_a_thinking_one_waits(model, voiced):
+    """With the model: the question ends ("complete") within turn_check_ms plus a few blocks of its last word,
+    "well, so, um" only when the longest pause has run out; without it, both end at the fixed window."""
+    options = VadOptions(silence_ms=2000, turn_check_ms=200)
+    vad = SileroVad()
+    for text, reason, low, high in ((FINISHED, "complete", 200, 600), (THINKING, "silence", 2000, 2300)):
+        speech = voiced(text)
+        audio = np.concatenate([silence(0.5), speech, silence(3.0)])
+        got, waited_ms = ends(Endpointer(options, vad=vad, turn_model=model), audio, len(silence(0.5)) + len(speech))
+        assert got == reason and low <= waited_ms <= high, (text, got, waited_ms)
+
+
+def test_speech_after_a_thinking_pause_goes_on_in_the_same_turn(model, voiced):
+    """ "Well, so, um", a second of thought, then the question: one turn holding both, ended after the question."""
+    first, second = voiced(THINKING), voiced(FINISHED)
+    audio = np.concatenate([silence(0.5), first, silence(1.0), second, silence(2.5)])
+    reason, _ = ends(Endpointer(VadOptions(silence_ms=2000), turn_model=model), audio,
+                     len(audio) - len(silence(2.5)))
+    assert reason == "complete"
