@@ -2,7 +2,7 @@
 
 A thin view: it owns an EngineWorker in a QThread (app/worker.py) and talks to it only through
 signals; what the engine says comes back as its events (engine/events.py), through the worker's one signal.
-Keys: hold Space to talk (push-to-talk, when the text box has no focus), Enter sends, Ctrl+Enter speaks the
+Keys: hold Space to talk (push-to-talk; Ctrl+Space while typing in the text box), Enter sends, Ctrl+Enter speaks the
 text as typed, Esc stops, Ctrl+M mutes, Ctrl+, opens the settings, Ctrl+H the history, F1 About Parley / Privacy.
 """
 
@@ -42,7 +42,15 @@ STATE_TEXT = {
     "listening": "Listening", "hearing": "Hearing you…", "thinking": "Thinking…", "speaking": "Speaking",
     "idle": "Ready", "muted": "Muted",
 }
+# hands-free, the talk button says what the loop is doing and what the user may do
+HANDS_FREE_TEXT = {
+    "listening": "Listening — just speak", "hearing": "Hearing you…", "thinking": "Thinking…",
+    "speaking": "Speaking — talk to interrupt", "muted": "Muted — unmute to talk", "idle": "Listening — just speak",
+}
 SHUTDOWN_WAIT_MS = 15_000  # a turn under way stops at its next TTS frame; loading may take longer
+# X11's key auto-repeat reports a held key as release-press pairs a few ms apart once Qt stops marking them as
+# repeats: a release is acted on only when no press follows within this long
+KEY_RELEASE_DEBOUNCE_MS = 60
 
 
 class MessageBox(QPlainTextEdit):
@@ -154,6 +162,8 @@ class MainWindow(QMainWindow):
         self.worker.moveToThread(self._thread)
         self._connect_worker()
         QApplication.instance().installEventFilter(self)  # Space as push-to-talk wherever focus is
+        self._release = QTimer(self, singleShot=True, interval=KEY_RELEASE_DEBOUNCE_MS)
+        self._release.timeout.connect(self._talk_up)
 
     # -- building -------------------------------------------------------------------------------------
 
@@ -165,7 +175,7 @@ class MainWindow(QMainWindow):
 
         self.talk_button = QPushButton("Hold to talk", objectName="talkButton")
         self.talk_button.setMinimumHeight(56)
-        self.talk_button.setToolTip("Hold the button, or hold Space, while you speak")
+        self.talk_button.setToolTip("Hold the button, or hold Space (Ctrl+Space while typing), while you speak")
         self.talk_button.pressed.connect(self._talk_down)
         self.talk_button.released.connect(self._talk_up)
         self.hands_free = QCheckBox("Hands-free", objectName="handsFree")
@@ -599,6 +609,7 @@ class MainWindow(QMainWindow):
         self.talk_button.setProperty("state", state)
         self.talk_button.style().unpolish(self.talk_button)  # the style sheet styles by state
         self.talk_button.style().polish(self.talk_button)
+        self._update_talk_button()
 
     def _update_talk_button(self) -> None:
         hands_free = self.hands_free.isChecked()
@@ -609,24 +620,39 @@ class MainWindow(QMainWindow):
         elif not voice:
             self.talk_button.setText("No microphone — type below")
         else:
-            self.talk_button.setText("Listening — just speak" if hands_free else "Hold to talk (Space)")
+            self.talk_button.setText(HANDS_FREE_TEXT.get(self.state, HANDS_FREE_TEXT["listening"]) if hands_free
+                                     else "Hold to talk (Space)")
 
     # -- keys and closing -----------------------------------------------------------------------------------
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         kind = event.type()
         if kind in (QEvent.Type.KeyPress, QEvent.Type.KeyRelease) and event.key() == Qt.Key.Key_Space \
-                and self._space_talks(watched):
-            if not event.isAutoRepeat():
-                self._talk_down() if kind == QEvent.Type.KeyPress else self._talk_up()
+                and self._space_talks(watched, event):
+            if event.isAutoRepeat():
+                return True
+            if kind == QEvent.Type.KeyPress:
+                if self._release.isActive():  # a release and a press a few ms apart: the key is still held
+                    self._release.stop()
+                else:
+                    self._talk_down()
+            elif self._talking:
+                self._release.start()
             return True
         return super().eventFilter(watched, event)
 
-    def _space_talks(self, watched: QObject) -> bool:
-        """Space is push-to-talk in this window unless it goes to a text field (the one with the focus:
-        key events are delivered there first)."""
+    def _space_talks(self, watched: QObject, event: QEvent) -> bool:
+        """Space is push-to-talk in this window unless the user is typing: in a field with text in it (the one with
+        the focus: key events are delivered there first), or any text field but the empty message box; Ctrl+Space
+        talks wherever the focus is. A release always goes to a key held for talking."""
         if not isinstance(watched, QWidget) or watched.window() is not self or self.hands_free.isChecked():
             return False
+        if event.type() == QEvent.Type.KeyRelease and self._talking:
+            return True
+        if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            return True
+        if watched is self.message:
+            return not self.message.toPlainText()
         typing = (QLineEdit, QPlainTextEdit, QTextEdit, QAbstractSpinBox)
         return not (isinstance(watched, typing) or (isinstance(watched, QComboBox) and watched.isEditable()))
 

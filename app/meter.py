@@ -155,12 +155,15 @@ class LatencyMeter(QWidget):
                 grid.addWidget(cell, row, column)
             self.values[name] = cells
         self.chart = RollingChart()
+        self.legend = QLabel(f"Chart, the last {CHART_TURNS} turns: voice to voice (solid line), TTFC (dashed); its "
+                             "top figure is the scale", objectName="meterHeading", wordWrap=True)
         self.level = LevelMeter()
         self.turns = QLabel("no turns yet", objectName="meterHeading")
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("Latency", objectName="meterTitle"))
         layout.addLayout(grid)
         layout.addWidget(self.chart, 1)
+        layout.addWidget(self.legend)
         layout.addWidget(self.turns)
         layout.addWidget(QLabel("Microphone", objectName="meterHeading"))
         layout.addWidget(self.level)

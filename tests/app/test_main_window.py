@@ -7,7 +7,7 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QApplication
 
-from app.main_window import MainWindow
+from app.main_window import STATE_TEXT, MainWindow
 from engine.errors import AudioDeviceLostError, AudioDeviceError, GPUUnavailableError, ModelFilesError
 from engine.events import (DeviceLost, DeviceRestored, Figures, Heard, Level, Loading, LoadFailed, Notice, Partial,
                            Ready, ReplyText, SpeakingClause, StateChanged, TurnFailed, VoiceInputOff, VoiceNotFound)
@@ -79,24 +79,66 @@ def test_loading_names_each_step_where_the_state_is_and_the_talk_button_waits(wi
     assert window.talk_button.text() == "Not ready" and window.state_label.text().startswith("Not ready")
 
 
-def test_holding_space_is_push_to_talk_unless_the_text_box_has_focus(window, qtbot):
-    """Space down asks press(), up asks release(), key repeats are ignored; in the text box Space types."""
+def key(widget, kind, modifiers=Qt.KeyboardModifier.NoModifier, repeat=False):
+    """Space pressed or released on `widget`, as the window's event filter sees it."""
+    QApplication.sendEvent(widget, QKeyEvent(kind, Qt.Key.Key_Space, modifiers, " ", repeat))
+
+
+def test_holding_space_is_push_to_talk_unless_the_user_is_typing(window, qtbot):
+    """Space down asks press(), up asks release() (a moment later), key repeats are ignored; in the empty message
+    box (where the focus starts) Space talks too, once the box has text it types, and Ctrl+Space talks there."""
+    ready(window)
+    window.hands_free.setChecked(False)
+    for widget in (window.chat, window.message):
+        widget.setFocus()
+        with qtbot.waitSignal(window.press_requested):
+            key(widget, QEvent.Type.KeyPress)
+        # a held key repeats as release+press pairs marked auto-repeat: they must not end the turn
+        with qtbot.assertNotEmitted(window.release_requested, wait=150):
+            key(widget, QEvent.Type.KeyRelease, repeat=True)
+        with qtbot.waitSignal(window.release_requested):
+            key(widget, QEvent.Type.KeyRelease)
+    assert window.message.toPlainText() == ""
+
+    qtbot.keyClicks(window.message, "Hello")
+    with qtbot.assertNotEmitted(window.press_requested):
+        qtbot.keyClick(window.message, Qt.Key.Key_Space)
+    assert window.message.toPlainText() == "Hello "
+    with qtbot.waitSignal(window.press_requested):
+        key(window.message, QEvent.Type.KeyPress, Qt.KeyboardModifier.ControlModifier)
+    with qtbot.waitSignal(window.release_requested):
+        key(window.message, QEvent.Type.KeyRelease, Qt.KeyboardModifier.ControlModifier)
+    assert window.message.toPlainText() == "Hello "
+
+
+def test_a_held_space_under_x11_auto_repeat_is_one_turn(window, qtbot):
+    """Past Qt's auto-repeat flag, X11 repeats a held key as plain release-press pairs a few ms apart: they are one
+    held key, so one press() and, once the key is really up, one release()."""
     ready(window)
     window.hands_free.setChecked(False)
     window.chat.setFocus()
-    with qtbot.waitSignal(window.press_requested):
-        qtbot.keyPress(window.chat, Qt.Key.Key_Space)
-    # a held key repeats as release+press pairs marked auto-repeat: they must not end the turn
-    with qtbot.assertNotEmitted(window.release_requested):
-        QApplication.sendEvent(window.chat, QKeyEvent(QEvent.Type.KeyRelease, Qt.Key.Key_Space,
-                                                      Qt.KeyboardModifier.NoModifier, " ", True))
-    with qtbot.waitSignal(window.release_requested):
-        qtbot.keyRelease(window.chat, Qt.Key.Key_Space)
+    presses, releases = [], []
+    window.press_requested.connect(lambda: presses.append(1))
+    window.release_requested.connect(lambda: releases.append(1))
+    key(window.chat, QEvent.Type.KeyPress)
+    for _ in range(5):
+        key(window.chat, QEvent.Type.KeyRelease)
+        key(window.chat, QEvent.Type.KeyPress)
+    qtbot.wait(200)
+    assert (len(presses), len(releases)) == (1, 0)
+    key(window.chat, QEvent.Type.KeyRelease)
+    qtbot.waitUntil(lambda: len(releases) == 1)
+    assert len(presses) == 1
 
-    window.message.setFocus()
-    with qtbot.assertNotEmitted(window.press_requested):
-        qtbot.keyClick(window.message, Qt.Key.Key_Space)
-    assert window.message.toPlainText() == " "
+
+def test_hands_free_the_talk_button_says_what_parley_is_doing(window, qtbot):
+    """Hands-free, the big button follows the loop: listening, hearing, thinking, speaking (talk to interrupt)."""
+    ready(window)
+    window.hands_free.setChecked(True)
+    for state, text in (("listening", "Listening — just speak"), ("hearing", "Hearing you…"),
+                        ("thinking", "Thinking…"), ("speaking", "Speaking — talk to interrupt")):
+        window.worker.event.emit(StateChanged(state))
+        assert window.talk_button.text() == text and window.state_label.text() == STATE_TEXT[state]
 
 
 def test_hands_free_mode_is_switched_saved_and_space_no_longer_talks(window, qtbot, settings):
