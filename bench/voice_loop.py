@@ -204,6 +204,8 @@ def main(argv=None) -> int:
                         help="folder of the lines' speech, rendered there when missing (default: a temporary one)")
     parser.add_argument("--voices-only", action="store_true", help="render the lines into --voices and stop")
     parser.add_argument("--whisper", help="a CTranslate2 Whisper folder (default: the bundled base)")
+    parser.add_argument("--partials", action="store_true",
+                        help="transcribe the utterance while it is spoken too, as the app does for its live transcript")
     parser.add_argument("--json", help="also write the figures (p50/p95 per figure) to this JSON file")
     args = parser.parse_args(argv)
     if args.voices_only and not args.voices:
@@ -269,7 +271,7 @@ def run(args, audio, work: Path, voices_dir: Path) -> int:
     failed = 0
     with Player() as player, Microphone() as mic, HistoryStore(work / "history.sqlite3") as history:
         dialogue = Dialogue(chat, tts, player, history, transcriber)
-        options = VoiceOptions(vad=VadOptions(silence_ms=args.silence_ms), barge_in=False)
+        options = VoiceOptions(vad=VadOptions(silence_ms=args.silence_ms), barge_in=False, partials=args.partials)
         with VoiceLoop(dialogue, mic, options=options) as loop:
             loop.subscribe(lambda e: events.put(e) if isinstance(e, TurnFinished | TurnFailed) else None)
             loop.start()
@@ -295,7 +297,8 @@ def run(args, audio, work: Path, voices_dir: Path) -> int:
              f"TTS {args.model or 'random ' + args.size + f' (<= {args.max_frames} frames a clause)'} "
              f"on {tts.device} ({tts_path}), "
              f"Whisper {transcriber.path.name} on {transcriber.device} ({transcriber.compute_type}), "
-             f"LLM {chat.model_path.name} with {chat.n_gpu_layers} GPU layers, silence window {args.silence_ms} ms")
+             f"LLM {chat.model_path.name} with {chat.n_gpu_layers} GPU layers, silence window {args.silence_ms} ms, "
+             f"partials {'on' if args.partials else 'off'}")
     print(f"\n{scored} scored turns ({failed} failed), {setup}\n")
     print("| figure | p50 | p95 | turns |")
     print("|---|---|---|---|")

@@ -1,0 +1,218 @@
+"""Benchmark of turn-taking: how soon Parley answers once the user has finished, and how often it cuts them off in a
+pause for thought, with the fixed silence window and with end-of-turn detection, in the same run.
+
+Method: bench/voice_loop.py's parts (a private PulseAudio with the 'vsink' speakers and the 'usermic' microphone,
+espeak-ng's en-us voice at 150 words a minute; or --audio virtual) drive the real loop hands-free: Silero VAD ->
+the Endpointer (with or without engine/stt/turn.py's model) -> Whisper base -> SmolLM2 -> the tiny random-weight
+speech model (each clause capped at --max-frames) -> the Player. The script has 48 turns: 12 statements, 12
+questions, 12 sentences with a pause in the middle (400-1,200 ms: "I want to book a table for ... four people"),
+12 with a filler and a pause ("so, um ... what is a good book?"); the pauses are silence between espeak-ng's parts.
+Each turn is played into the microphone; once it has played, the loop is waited on until it has listened, idle,
+for --settle-s (longer than the longest pause, so a turn that is still open ends first). A turn the loop heard as
+more than one is a false cut-off. Response latency is engine/metrics.py's voice-to-voice (the block holding the
+last speech -> the reply's first sample handed to the sound card) of the turn's last part. Each configuration runs
+the whole script on the same models, the fixed window first. PulseAudio's null sinks run on a slow clock (~50-75%
+of real time here), which stretches the pauses in wall time, and so the fixed window's latency; the virtual sound
+card (--audio virtual) keeps wall-clock pace.
+
+    python bench/turn_taking.py                     # CPU, 2 x 48 turns
+    python bench/turn_taking.py --device cuda --audio virtual --voices DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from voice_loop import USER_RATE_HZ, Pulse, VirtualAudio, load_transcriber, random_checkpoint, speech  # noqa: E402
+
+STATEMENTS = [
+    "I had a long day at work today.", "My sister is visiting next week.", "The garden needs watering.",
+    "I finished reading the book you suggested.", "We are out of milk.", "The train was late again this morning.",
+    "I want to learn to play the piano.", "It is raining outside.", "I moved to a new flat last month.",
+    "My phone battery is almost empty.", "The meeting went well.", "I would like some music.",
+]
+QUESTIONS = [
+    "What is the capital of Spain?", "How far away is the moon?", "Can you tell me a joke?",
+    "What should I cook for dinner?", "How do plants grow?", "What time is it in London?",
+    "Is it going to rain tomorrow?", "What is a good name for a cat?", "How many legs does a spider have?",
+    "Why is the sky blue?", "Who painted the Mona Lisa?", "What is the largest animal?",
+]
+PAUSED = [  # (first part, pause in seconds, second part)
+    ("I want to book a table for", 0.8, "four people tonight."), ("The best time to call me is", 1.0, "after six."),
+    ("Could you remind me to", 0.6, "buy some bread?"), ("My favourite colour is", 1.2, "dark green."),
+    ("I think the answer is", 0.9, "forty two."), ("Tomorrow I need to", 0.7, "see the dentist."),
+    ("Please play something by", 1.1, "a jazz band."), ("The capital of France is", 0.5, "Paris, right?"),
+    ("I am looking for a recipe with", 0.8, "potatoes and leeks."), ("Can you tell me the", 1.0, "weather today?"),
+    ("We are going on holiday to", 0.4, "Portugal in May."), ("My brother just bought a", 0.9, "red bicycle."),
+]
+FILLERS = [  # (first part, pause in seconds, second part)
+    ("So, um", 1.0, "what is a good book to read?"), ("Well, let me think, uh", 1.2, "how about a walk?"),
+    ("I was wondering, um", 0.8, "can you set a timer?"), ("Hmm, so", 0.9, "what should I wear today?"),
+    ("Okay, and, uh", 1.0, "how long do eggs boil?"), ("Right, so, um", 1.1, "tell me about Mars."),
+    ("Let me see, er", 0.7, "what day is it?"), ("And then, um", 1.0, "who won the match?"),
+    ("Well, uh", 0.6, "is the shop open?"), ("So, you know", 0.9, "I need a new phone."),
+    ("Um, actually", 1.2, "never mind the music."), ("Uh, wait", 0.8, "how cold is it outside?"),
+]
+
+
+def script() -> list[tuple[str, list[tuple[str, float]]]]:
+    """(kind, [(text, pause after it in s), ...]) of every turn, the kinds interleaved."""
+    turns = []
+    for statement, question, paused, filler in zip(STATEMENTS, QUESTIONS, PAUSED, FILLERS, strict=True):
+        turns += [("statement", [(statement, 0.0)]), ("question", [(question, 0.0)]),
+                  ("paused", [(paused[0], paused[1]), (paused[2], 0.0)]),
+                  ("filler", [(filler[0], filler[1]), (filler[2], 0.0)])]
+    return turns
+
+
+def utterance(parts: list[tuple[str, float]], voices: Path) -> np.ndarray:
+    """The turn's speech as (n,) float32 at 16 kHz: its parts with their pauses between them."""
+    pieces = []
+    for text, pause in parts:
+        pieces += [speech(text, voices), np.zeros(round(pause * USER_RATE_HZ), np.float32)]
+    return np.concatenate(pieces)
+
+
+class Watch:
+    """The loop's events of the turn being played: Heard texts, finished turns' figures, and the state."""
+
+    def __init__(self):
+        self.lock = threading.Condition()
+        self.heard: list[str] = []
+        self.finished: list = []
+        self.state = "idle"
+        self.changed_at = time.monotonic()
+
+    def __call__(self, event) -> None:
+        from engine.events import Heard, StateChanged, TurnFailed, TurnFinished
+
+        with self.lock:
+            if isinstance(event, Heard):
+                self.heard.append(event.text)
+            elif isinstance(event, (TurnFinished, TurnFailed)):
+                self.finished.append(event)
+            elif isinstance(event, StateChanged):
+                self.state, self.changed_at = event.state, time.monotonic()
+            self.lock.notify_all()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.heard, self.finished = [], []
+
+    def settle(self, quiet_s: float, timeout_s: float) -> bool:
+        """Waits until the loop has been listening, idle, for quiet_s with every heard turn finished."""
+        deadline = time.monotonic() + timeout_s
+        with self.lock:
+            while True:
+                quiet = (self.state == "listening" and len(self.finished) >= len(self.heard)
+                         and time.monotonic() - self.changed_at >= quiet_s)
+                if quiet and self.heard:
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+                self.lock.wait(0.05)
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model) -> dict:
+    from engine.events import TurnFinished
+    from engine.listening import VoiceOptions
+    from engine.stt import VadOptions
+    from engine.voice_loop import VoiceLoop
+
+    vad = VadOptions(silence_ms=args.longest_pause_ms if turn_model is not None else args.silence_ms)
+    watch = Watch()
+    latency, cut = [], {"paused": 0, "filler": 0}
+    with VoiceLoop(dialogue, mic, options=VoiceOptions(vad=vad, barge_in=False), turn_model=turn_model) as loop:
+        loop.subscribe(watch)
+        loop.start()
+        for i, (kind, parts) in enumerate(turns):
+            watch.reset()
+            audio.play(utterance(parts, voices)).wait()
+            if not watch.settle(args.settle_s, args.timeout_s):
+                print(f"{name}: turn {i} ({kind}) did not settle within {args.timeout_s:.0f} s: heard {watch.heard}",
+                      file=sys.stderr)
+                continue
+            if len(watch.heard) > 1 and kind in cut:
+                cut[kind] += 1
+            last = watch.finished[-1]
+            if isinstance(last, TurnFinished) and last.result.metrics.voice_to_voice_ms is not None:
+                latency.append(last.result.metrics.voice_to_voice_ms)
+            print(f"{name}: turn {i} ({kind}): heard {watch.heard}", file=sys.stderr)
+    return {"latency": latency, "cut": cut}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where TTS, Whisper and the LLM run")
+    parser.add_argument("--max-frames", type=int, default=8, help="the random speech model's frames a clause")
+    parser.add_argument("--silence-ms", type=int, default=700, help="the fixed window")
+    parser.add_argument("--longest-pause-ms", type=int, default=2000, help="with end-of-turn detection")
+    parser.add_argument("--settle-s", type=float, default=2.5, help="idle listening that ends a turn's wait")
+    parser.add_argument("--timeout-s", type=float, default=120.0)
+    parser.add_argument("--turns", type=int, default=48, help="the first N turns of the script")
+    parser.add_argument("--audio", default="pulse", choices=["pulse", "virtual"])
+    parser.add_argument("--voices", help="folder of the lines' speech (default: a temporary one)")
+    args = parser.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="parley-bench-"))
+    voices = Path(args.voices) if args.voices else work
+    voices.mkdir(parents=True, exist_ok=True)
+    audio = Pulse() if args.audio == "pulse" else VirtualAudio()  # before sounddevice is imported
+    try:
+        return measure(args, audio, work, voices)
+    finally:
+        audio.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args, audio, work: Path, voices: Path) -> int:
+    from engine.audio import Microphone, Player
+    from engine.dialogue import Dialogue
+    from engine.history import HistoryStore
+    from engine.llm.chat import ChatModel, ChatOptions, bundled_model_path
+    from engine.stt.turn import TurnModel
+    from engine.tts import load_tts
+
+    turns = script()[: args.turns]
+    tts = load_tts(random_checkpoint(work, "tiny", args.max_frames), device=args.device)
+    chat = ChatModel(bundled_model_path(), ChatOptions(n_ctx=2048, max_tokens=16, temperature=0.0, n_threads=1,
+                                                       n_gpu_layers=None if args.device == "cuda" else 0))
+    transcriber = load_transcriber(argparse.Namespace(whisper=None, device=args.device))
+    model = TurnModel()
+    results = {}
+    with Player() as player, Microphone() as mic, HistoryStore(work / "history.sqlite3") as history:
+        dialogue = Dialogue(chat, tts, player, history, transcriber)
+        for name, turn_model in ((f"fixed {args.silence_ms} ms window", None),
+                                 (f"end-of-turn detection (longest pause {args.longest_pause_ms} ms)", model)):
+            results[name] = run_config(name, dialogue, mic, audio, turns, voices, args, turn_model)
+
+    paused = sum(kind in ("paused", "filler") for kind, _ in turns)
+    print(f"\n{len(turns)} turns ({paused} with a pause for thought), --device {args.device}, --audio {args.audio}, "
+          f"Whisper on {transcriber.device}, {model.path.name}\n")
+    print("| configuration | response latency p50 ms | p95 ms | turns measured | false cut-offs |")
+    print("|---|---|---|---|---|")
+    for name, r in results.items():
+        cut = sum(r["cut"].values())
+        print(f"| {name} | {percentile(r['latency'], 50):.0f} | {percentile(r['latency'], 95):.0f} | "
+              f"{len(r['latency'])} | {cut} of {paused} ({100 * cut / max(paused, 1):.0f}%: mid-sentence "
+              f"{r['cut']['paused']}, after a filler {r['cut']['filler']}) |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
