@@ -217,7 +217,7 @@ def test_push_to_talk_hears_only_between_press_and_release(parts, user_mic, spea
         finished = events.wait_for(TurnFinished)
 
     assert QUESTION_WORD in finished.result.user_text.lower()
-    assert events.states()[:3] == ["listening", "hearing", "thinking"]
+    assert events.states()[:4] == ["idle", "listening", "hearing", "thinking"]  # idle: announced at start
     assert [t.text for t in saved_turns(dialogue)][0] == finished.result.user_text
 
 
