@@ -155,8 +155,8 @@ class LatencyMeter(QWidget):
                 grid.addWidget(cell, row, column)
             self.values[name] = cells
         self.chart = RollingChart()
-        self.legend = QLabel(f"Chart, the last {CHART_TURNS} turns: voice to voice (solid line), TTFC (dashed); its "
-                             "top figure is the scale", objectName="meterHeading", wordWrap=True)
+        self.legend = QLabel(f"Last {CHART_TURNS} turns — solid: voice to voice, dashed: TTFC",
+                             objectName="meterHeading", wordWrap=True)
         self.level = LevelMeter()
         self.turns = QLabel("no turns yet", objectName="meterHeading")
         layout = QVBoxLayout(self)

@@ -138,7 +138,7 @@ class SettingsDialog(QDialog):
         form.addRow("Mode", self.mode)
         form.addRow("", self.turn_detection)
         form.addRow("Longest pause to think", self.longest_pause)
-        form.addRow("Pause that ends a turn", self.silence)
+        form.addRow("Pause that ends a turn (detection off)", self.silence)
         form.addRow("", self.echo)
         return self._page(form)
 
