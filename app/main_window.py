@@ -35,8 +35,8 @@ from app.settings import Settings
 from app.worker import EngineWorker
 from engine.assistant import AssistantInfo
 from engine.events import (ConversationEnded, DeviceLost, DeviceRestored, Figures, Heard, HistoryErased, Level,
-                           Loading, LoadFailed, Notice, Partial, Ready, ReplyText, SpeakingClause, StateChanged,
-                           TurnFailed, TurnFinished, VoiceInputOff, VoiceNotFound)
+                           Loading, LoadFailed, Measured, Notice, Partial, Ready, ReplyText, SpeakingClause,
+                           StateChanged, TurnFailed, TurnFinished, VoiceInputOff, VoiceNotFound)
 
 STATE_TEXT = {
     "listening": "Listening", "hearing": "Hearing you…", "thinking": "Thinking…", "speaking": "Speaking",
@@ -311,6 +311,8 @@ class MainWindow(QMainWindow):
                 self._device_lost(event.kind, problem_for(event.error, "speaking"))
             case DeviceRestored():
                 self._device_restored(event.kind, event.message)
+            case Measured():
+                self.meter.show_figure(event.turn, event.name, event.value)
             case Figures():
                 self.meter.show_turn(event.metrics, event.summary)
             case ConversationEnded():

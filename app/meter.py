@@ -1,7 +1,8 @@
 """The latency meter: the last turn's figures with their p50/p95, a rolling chart, and the input level.
 
-Every number comes from engine/metrics.py (a TurnMetrics and the recorder's summary, relayed by the
-worker) or from the voice loop's Level events; nothing is timed here.
+Every number comes from the engine (engine/metrics.py's figures: each as the turn measures it, then the turn's
+TurnMetrics with the recorder's summary, relayed by the worker) or from the voice loop's Level events; nothing is
+timed here.
 Object names for the style sheet: QWidget#latencyMeter, QLabel#meterValue, QLabel#meterHeading,
 LevelMeter#levelMeter, RollingChart#latencyChart.
 """
@@ -24,6 +25,7 @@ SHOWN = (
     ("llm_ttft_ms", "LLM first token", "ms"),
     ("voice_to_voice_ms", "Voice to voice", "ms"),
 )
+UNITS = {name: unit for name, _, unit in SHOWN}
 CHARTED = ("voice_to_voice_ms", "tts_ttfc_ms")  # the chart's lines, in this order
 CHART_TURNS = 30
 LEVEL_FLOOR_DBFS = -60.0  # the level bar's empty end; speech sits around -30..-10 dBFS
@@ -129,7 +131,8 @@ class RollingChart(QWidget):
 class LatencyMeter(QWidget):
     """The figures of the last turn beside their p50 and p95, the chart, and the input level.
 
-    show_turn(metrics, summary) takes what MetricsRecorder delivers: the turn's TurnMetrics and
+    show_figure(turn, name, value) shows a figure of the running turn as soon as it is measured (the events'
+    Measured); show_turn(metrics, summary) takes what MetricsRecorder delivers when the turn ends: its TurnMetrics and
     recorder.summary() ({figure: Figure(count, p50, p95)}).
     """
 
@@ -159,6 +162,8 @@ class LatencyMeter(QWidget):
                              objectName="meterHeading", wordWrap=True)
         self.level = LevelMeter()
         self.turns = QLabel("no turns yet", objectName="meterHeading")
+        self.running: int | None = None  # the turn whose figures the "last" column is filling in
+        self.counted = 0  # how many turns the p50/p95 are over
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("Latency", objectName="meterTitle"))
         layout.addLayout(grid)
@@ -167,6 +172,16 @@ class LatencyMeter(QWidget):
         layout.addWidget(self.turns)
         layout.addWidget(QLabel("Microphone", objectName="meterHeading"))
         layout.addWidget(self.level)
+
+    def show_figure(self, turn: int, name: str, value: float) -> None:
+        """A figure of turn `turn` (0, 1, ...), measured just now; the "last" column starts afresh with a new turn."""
+        if turn != self.running:
+            self.running = turn
+            for last, _, _ in self.values.values():
+                last.setText("–")
+            self.turns.setText(f"turn {turn + 1} under way; p50/p95 over {self.counted} turns")
+        if name in self.values:
+            self.values[name][0].setText(format_figure(value, UNITS[name]))
 
     def show_turn(self, metrics, summary: Mapping) -> None:
         """One turn's figures (engine/metrics.py TurnMetrics) and the rolling p50/p95 over the window."""
@@ -178,9 +193,10 @@ class LatencyMeter(QWidget):
             p50.setText(format_figure(figure.p50 if figure else None, unit))
             p95.setText(format_figure(figure.p95 if figure else None, unit))
         self.chart.add_turn(figures)
-        counted = max((f.count for f in summary.values()), default=0)
+        self.running = metrics.turn
+        self.counted = max((f.count for f in summary.values()), default=0)
         note = ", interrupted" if metrics.interrupted else ""
-        self.turns.setText(f"turn {metrics.turn + 1}{note}; p50/p95 over {counted} turns")
+        self.turns.setText(f"turn {metrics.turn + 1}{note}; p50/p95 over {self.counted} turns")
 
     def set_level(self, rms_dbfs: float) -> None:
         self.level.set_level(rms_dbfs)

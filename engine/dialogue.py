@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engine.errors import HistoryError, InputTextError, ParleyError
-from engine.events import Heard, Notice, ReplyText, SpeakingClause
+from engine.events import Heard, Measured, Notice, ReplyText, SpeakingClause
 from engine.history import ConversationRef, HistoryStore, Turn
 from engine.llm.clauses import ClauseOptions, ClauseSplitter, speakable_text
 from engine.metrics import MetricsRecorder, TurnMetrics
@@ -78,7 +78,7 @@ Emit = Callable[[object], None]
 LLM starts) and ReplyText (the reply so far, each time it grows) on the turn's thread; SpeakingClause (that clause's
 first sample was handed to the device) on a watcher thread of the turn; Notice (a fault the turn got past: the
 history cannot be written yet, or the GPU ran out of memory and the TTS moved to the CPU) on the turn's thread or
-its speech thread."""
+its speech thread; Measured (a figure, as soon as it is known) on whichever of them measured it."""
 
 
 class _Speech:
@@ -89,9 +89,9 @@ class _Speech:
     """
 
     def __init__(self, tts, player, options: DialogueOptions, speaker: str | None,
-                 gate: threading.Lock, stopped: threading.Event, notice: Callable[[ParleyError], None]):
+                 gate: threading.Lock, stopped: threading.Event, tell: Emit, turn: int):
         self._tts, self._player, self._options, self._speaker = tts, player, options, speaker
-        self._gate, self._stopped, self._notice = gate, stopped, notice
+        self._gate, self._stopped, self._tell, self._turn = gate, stopped, tell, turn
         self._clauses: queue.SimpleQueue[str | None] = queue.SimpleQueue()  # None ends the turn
         self._stream = None  # the TTSStream being spoken; cancelled by stop()
         self.spoken: list[tuple[str, int]] = []  # (clause, the player's frames_written after its last chunk)
@@ -150,10 +150,11 @@ class _Speech:
                 self._player.write(chunk.pcm)
                 end = self._player.stats().frames_written
             if stream.notice is not None and not noticed:  # the TTS moved to the CPU mid-clause
-                self._notice(stream.notice)
+                self._tell(Notice(str(stream.notice), stream.notice))
                 noticed = True
             if self.ttfc_ms is None:
                 self.ttfc_ms = (chunk.t_ready - stream.t_start) * 1000.0
+                self._tell(Measured(self._turn, "tts_ttfc_ms", self.ttfc_ms))
             self.audio_samples += chunk.pcm.size
             last = chunk.t_ready
         else:
@@ -175,6 +176,7 @@ class _TurnState:
         self.reply = None
         self.speech: _Speech | None = None
         self.ended = threading.Event()  # the turn is over: the clause watcher stops
+        self.first_sample: float | None = None  # the reply's first sample at the device, once the watcher saw it
 
     def clause_started(self, start: int, stats) -> bool:
         """Whether the sample at frames_written position `start` has been handed to the device, by `stats`."""
@@ -293,6 +295,7 @@ class Dialogue:
                 raise InputTextError(f"heard no words in {transcript.audio_s:.1f} s of audio; please speak again")
             if emit is not None:
                 emit(Heard(transcript.text))
+                emit(Measured(self._turns, "stt_ms", stt_ms))
             return self._turn(state, transcript.text, emit, speech_end=speech_end, stt_ms=stt_ms)
 
     def say(self, text: str, emit: Emit | None = None) -> TurnResult:
@@ -338,19 +341,23 @@ class Dialogue:
         """Speaks the LLM's reply to user_text (llm=False: user_text itself), then saves and measures it."""
         reply = self.chat.stream_reply(user_text, cancel=state.stopped) if llm else None  # validates first
 
-        def notice(error: ParleyError) -> None:
+        def tell(event) -> None:
             if emit is not None:
-                emit(Notice(str(error), error))
+                emit(event)
+
+        def notice(error: ParleyError) -> None:
+            tell(Notice(str(error), error))
 
         if llm:
             self._save(Turn("user", user_text), notice)
         self._first_playback_event()  # events of earlier turns must not end this one's voice-to-voice
         before = self.player.stats()
-        speech = _Speech(self.tts, self.player, self.options, self.speaker, state.gate, state.stopped, notice)
+        speech = _Speech(self.tts, self.player, self.options, self.speaker, state.gate, state.stopped, tell,
+                         self._turns)
         state.reply, state.speech = reply, speech
         watcher = None
         if emit is not None:
-            watcher = threading.Thread(target=self._watch_clauses, args=(state, speech, emit),
+            watcher = threading.Thread(target=self._watch_clauses, args=(state, speech, emit, speech_end),
                                        name="parley-clauses", daemon=True)
             watcher.start()
         first_clause_ms = None
@@ -363,17 +370,21 @@ class Dialogue:
                 def speak(clauses):
                     nonlocal first_clause_ms
                     for clause in clauses:
-                        if first_clause_ms is None:
+                        if first_clause_ms is None and llm:
                             first_clause_ms = (time.perf_counter() - t_request) * 1000.0
+                            tell(Measured(self._turns, "llm_first_clause_ms", first_clause_ms))
                         speech.put(clause)
 
                 tokens = reply if llm else [user_text]
+                ttft_told = not llm
                 try:
                     for token in tokens:
                         if state.stopped.is_set() or speech.error is not None:  # control before data
                             break
-                        if emit is not None:
-                            emit(ReplyText(reply.text if llm else user_text))
+                        if not ttft_told and reply.ttft_ms is not None:
+                            tell(Measured(self._turns, "llm_ttft_ms", reply.ttft_ms))
+                            ttft_told = True
+                        tell(ReplyText(reply.text if llm else user_text))
                         speak(splitter.feed(token))
                 finally:
                     if llm:
@@ -411,11 +422,11 @@ class Dialogue:
             turn=self._turns,
             stt_ms=stt_ms,
             llm_ttft_ms=reply.ttft_ms if llm else None,
-            llm_first_clause_ms=first_clause_ms if llm else None,
+            llm_first_clause_ms=first_clause_ms,
             tts_ttfc_ms=speech.ttfc_ms,
             tts_rtf=(speech.synthesis_s / (speech.audio_samples / self.tts.sample_rate_hz)
                      if speech.audio_samples else (None if speech.synthesis_s == 0 else math.inf)),
-            voice_to_voice_ms=self._voice_to_voice_ms(speech_end),
+            voice_to_voice_ms=self._voice_to_voice_ms(state, speech_end),
             underruns=after.underruns - before.underruns,
             interrupted=interrupted,
         )
@@ -432,8 +443,9 @@ class Dialogue:
             raise error
         return TurnResult(user_text if llm else "", reply_text, heard_text, interrupted, metrics)
 
-    def _watch_clauses(self, state: _TurnState, speech: _Speech, emit: Emit) -> None:
-        """SpeakingClause for each spoken clause as its first sample reaches the device."""
+    def _watch_clauses(self, state: _TurnState, speech: _Speech, emit: Emit, speech_end: float | None) -> None:
+        """SpeakingClause for each spoken clause as its first sample reaches the device; with the first, the turn's
+        voice to voice."""
         index = 0
 
         def next_started(stats) -> bool:  # called under the player's lock: it must not take it again
@@ -444,6 +456,8 @@ class Dialogue:
                 started = self.player.wait_until(lambda s: state.ended.is_set() or next_started(s), 1.0)
                 if next_started(self.player.stats()):
                     emit(SpeakingClause(speech.starts[index][0], index))
+                    if index == 0:
+                        self._first_sample(state, speech_end, emit)
                     index += 1
                 elif started:  # the turn ended before this clause played
                     return
@@ -474,11 +488,22 @@ class Dialogue:
                 return first
             first = first or event
 
-    def _voice_to_voice_ms(self, speech_end: float | None) -> float | None:
+    def _first_sample(self, state: _TurnState, speech_end: float | None, emit: Emit) -> None:
+        # The player queues the event under the lock that counts the sample played, so it is there by now.
         first = self._first_playback_event()
-        if speech_end is None or first is None:
+        if first is not None:
+            state.first_sample = first.t_first_sample
+            if speech_end is not None:
+                emit(Measured(self._turns, "voice_to_voice_ms", (first.t_first_sample - speech_end) * 1000.0))
+
+    def _voice_to_voice_ms(self, state: _TurnState, speech_end: float | None) -> float | None:
+        t_first = state.first_sample
+        first = self._first_playback_event()  # also empties the queue for the next turn
+        if t_first is None and first is not None:
+            t_first = first.t_first_sample
+        if speech_end is None or t_first is None:
             return None
-        return (first.t_first_sample - speech_end) * 1000.0
+        return (t_first - speech_end) * 1000.0
 
     def _save(self, turn: Turn, notice: Callable[[ParleyError], None]) -> None:
         # A write that fails is kept by the store and written with a later turn: the conversation goes on, so the

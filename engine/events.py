@@ -157,6 +157,18 @@ class TurnFailed:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """A figure of the running turn (a name in engine.metrics.FIGURES), as soon as it is known: STT when the
+    transcript is ready, LLM first token and first clause as they come, TTFC when the first audio is ready, voice to
+    voice when it reaches the sound card. `turn` is the number TurnMetrics.turn will have; Figures follows at the end
+    of the turn with every figure and the summary."""
+
+    turn: int
+    name: str
+    value: float
+
+
+@dataclass(frozen=True)
 class Figures:
     """A turn's figures (engine/metrics.py) and the summary of every turn so far: {figure name: Figure}."""
 

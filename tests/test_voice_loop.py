@@ -18,8 +18,8 @@ from engine.llm.clauses import ClauseOptions, split_clauses
 from engine.metrics import FIGURES, MetricsRecorder
 from engine.dialogue import Dialogue, DialogueOptions
 from engine.events import (
-    BargeIn, DeviceLost, DeviceRestored, Heard, Level, Partial, ReplyText, SpeakingClause, SpeechStarted, StateChanged,
-    TurnFailed, TurnFinished,
+    BargeIn, DeviceLost, DeviceRestored, Heard, Level, Measured, Partial, ReplyText, SpeakingClause, SpeechStarted,
+    StateChanged, TurnFailed, TurnFinished,
 )  # fmt: skip
 from engine.listening import SILENT_DBFS, Mode, VadOptions, VoiceOptions
 from engine.voice_loop import VoiceLoop
@@ -94,6 +94,14 @@ def test_speech_into_the_microphone_becomes_a_spoken_measured_saved_turn(parts, 
         value = getattr(m, name)
         assert value is not None and math.isfinite(value), name
     assert 0 < m.stt_ms and m.voice_to_voice_ms > VAD.silence_ms  # measured from the end of the speech
+    # each figure was told as soon as it was known, while the turn ran, with the value the turn ends with
+    measured = events.of(Measured)
+    assert {e.name: e.value for e in measured} == {name: getattr(m, name) for name in FIGURES
+                                                   if name not in ("tts_rtf", "underruns")}
+    assert len(measured) == 5 and {e.turn for e in measured} == {m.turn}
+    order = [type(e).__name__ if not isinstance(e, Measured) else e.name for e in events.seen]
+    assert order.index("stt_ms") < order.index("ReplyText") < order.index("llm_first_clause_ms")
+    assert order.index("SpeakingClause") < order.index("voice_to_voice_ms") < order.index("TurnFinished")
     user, assistant = saved_turns(dialogue)
     assert (user.text, assistant.text) == (finished.result.user_text, finished.result.reply_text)
     assert dict(assistant.metrics) == m.as_dict()

@@ -9,8 +9,9 @@ from PySide6.QtWidgets import QApplication
 
 from app.main_window import STATE_TEXT, MainWindow
 from engine.errors import AudioDeviceLostError, AudioDeviceError, GPUUnavailableError, ModelFilesError
-from engine.events import (DeviceLost, DeviceRestored, Figures, Heard, Level, Loading, LoadFailed, Notice, Partial,
-                           Ready, ReplyText, SpeakingClause, StateChanged, TurnFailed, VoiceInputOff, VoiceNotFound)
+from engine.events import (DeviceLost, DeviceRestored, Figures, Heard, Level, Loading, LoadFailed, Measured, Notice,
+                           Partial, Ready, ReplyText, SpeakingClause, StateChanged, TurnFailed, VoiceInputOff,
+                           VoiceNotFound)
 from engine.metrics import MetricsRecorder, TurnMetrics
 from tests.app.conftest import INFO
 
@@ -188,6 +189,8 @@ def test_the_engines_events_drive_the_conversation_meter_and_state(window, qtbot
     emit(ReplyText("Red, green"))
     emit(ReplyText("Red, green and blue."))
     emit(SpeakingClause("Red, green and blue.", 0))
+    emit(Measured(0, "voice_to_voice_ms", 812.0))
+    assert window.meter.values["voice_to_voice_ms"][0].text() == "812 ms"  # before the turn has ended
     recorder = MetricsRecorder()
     recorder.subscribe(lambda m: emit(Figures(m, dict(recorder.summary()))))
     recorder.record(TurnMetrics(tts_ttfc_ms=140.0, tts_rtf=0.5, llm_ttft_ms=90.0))

@@ -34,6 +34,28 @@ def test_the_meter_updates_from_metric_events_with_the_recorders_percentiles(qtb
     assert v2v[0] == 640.0 and math.isnan(v2v[1]) and v2v[2] == 580.0  # the typed turn is a gap
 
 
+def test_each_figure_shows_as_soon_as_it_is_measured_and_a_new_turn_starts_afresh(qtbot):
+    """Measured figures fill the "last" column while the turn runs; the next turn's first figure clears the rest,
+    and the turn's end brings the percentiles."""
+    meter = LatencyMeter()
+    qtbot.addWidget(meter)
+    meter.show_turn(TurnMetrics(turn=0, stt_ms=300.0, tts_ttfc_ms=40.0, voice_to_voice_ms=900.0),
+                    MetricsRecorder().summary())
+    meter.show_figure(1, "stt_ms", 250.0)
+    assert meter.values["stt_ms"][0].text() == "250 ms"
+    assert meter.values["tts_ttfc_ms"][0].text() == meter.values["voice_to_voice_ms"][0].text() == "–"
+    assert "turn 2 under way" in meter.turns.text()
+    meter.show_figure(1, "llm_first_clause_ms", 300.0)  # measured, not shown: nothing changes
+    meter.show_figure(1, "tts_ttfc_ms", 31.6)
+    assert (meter.values["stt_ms"][0].text(), meter.values["tts_ttfc_ms"][0].text()) == ("250 ms", "32 ms")
+    recorder = MetricsRecorder()
+    recorder.record(TurnMetrics(turn=1, stt_ms=250.0, tts_ttfc_ms=31.6, voice_to_voice_ms=700.0))
+    meter.show_turn(TurnMetrics(turn=1, stt_ms=250.0, tts_ttfc_ms=31.6, voice_to_voice_ms=700.0), recorder.summary())
+    assert meter.values["voice_to_voice_ms"][0].text() == "700 ms" and "turn 2;" in meter.turns.text()
+    meter.show_figure(1, "stt_ms", 1.0)  # a late figure of the same turn does not clear the column
+    assert meter.values["voice_to_voice_ms"][0].text() == "700 ms"
+
+
 def test_a_figure_the_turn_did_not_measure_shows_a_dash():
     """None or a non-finite figure reads as '–', never as 0 or 'nan'."""
     assert format_figure(None, "ms") == format_figure(math.inf, "") == "–"
