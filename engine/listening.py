@@ -278,7 +278,8 @@ class Listener:
                     recent.append((pos - BLOCK_SAMPLES, block.pcm))
                     if self._hearing and ep.in_turn:
                         utterance.append(block.pcm)
-                        if len(utterance) % partial_blocks == 0 and self._ahead is not None:
+                        # in a pause the early transcription runs: a partial then would only delay the turn's
+                        if len(utterance) % partial_blocks == 0 and self._ahead is not None and end is None:
                             self._ahead.offer_partial(self._utterance, np.concatenate(utterance))
         except AudioDeviceError as e:  # the microphone cannot be used: typed turns still work
             self._set(mic_lost=True, hearing=False)

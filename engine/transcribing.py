@@ -3,9 +3,9 @@
 Early transcription: hands-free, a turn's audio is complete some silence_ms - tail_ms before the silence window
 ends it (engine/stt/vad.py Endpointer.ending_turn); transcribed in that time, its text is ready when the turn is,
 and the window costs no STT time. Partials: while the user speaks, the utterance so far is transcribed again every
-VoiceOptions.partial_interval_ms of new speech, for the window to show. Each runs on a thread of its own; Whisper is
-not thread-safe, so one lock (`whisper`) is held by whoever transcribes: these threads, or the turn itself, which
-comes first (a partial is skipped while it waits).
+VoiceOptions.partial_interval_ms of new speech, quickly (in the language last heard), for the window to show.
+Each runs on a thread of its own; Whisper is not thread-safe, so one lock (`whisper`) is held by whoever
+transcribes: these threads, or the turn itself, which comes first (a partial is skipped while it waits).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class TranscribingAhead:
             if not self.whisper.acquire(blocking=False):
                 continue  # a turn is being transcribed: its final text comes soon anyway
             try:
-                text = self._transcriber.transcribe(audio).text
+                text = self._transcriber.transcribe(audio, quick=True).text
             except Exception:
                 log.exception("a partial transcript failed")
                 continue

@@ -142,7 +142,7 @@ def sound_server(pulse_server):
 
 @pytest.fixture(scope="session")
 def speak(tmp_path_factory):
-    """speak(text) -> (n,) float32 at 16 kHz: espeak-ng's en-us voice at 150 words a minute."""
+    """speak(text, voice="en-us") -> (n,) float32 at 16 kHz: espeak-ng's voice at 150 words a minute."""
     if shutil.which("espeak-ng") is None:
         pytest.fail("espeak-ng is not installed; apt-get install -y --no-install-recommends espeak-ng")
     import soundfile
@@ -153,13 +153,13 @@ def speak(tmp_path_factory):
     folder = tmp_path_factory.mktemp("speech")
     made = {}
 
-    def speak(text: str) -> np.ndarray:
-        if text not in made:
+    def speak(text: str, voice: str = "en-us") -> np.ndarray:
+        if (text, voice) not in made:
             wav = folder / f"{len(made)}.wav"
-            subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(wav), text], check=True)
+            subprocess.run(["espeak-ng", "-v", voice, "-s", "150", "-w", str(wav), text], check=True)
             audio, rate = soundfile.read(wav, dtype="float32")
-            made[text] = soxr.resample(audio, rate, SAMPLE_RATE_HZ).astype(np.float32)
-        return made[text]
+            made[text, voice] = soxr.resample(audio, rate, SAMPLE_RATE_HZ).astype(np.float32)
+        return made[text, voice]
 
     return speak
 

@@ -233,6 +233,7 @@ class Transcriber:
             log.warning("language %r is not one this Whisper model knows (%s); detecting the language instead",
                         self.language, ", ".join(self._model.supported_languages[:12]) + ", ...")
             self.language = None
+        self.heard_language = self.language  # of the last transcript with words: what a quick one assumes
         self.gpu_unavailable: str | None = None  # why Whisper runs on the CPU although CUDA was seen
         if self.device == "cuda":
             # CTranslate2 loads cuBLAS at its first computation, not with the model: where the machine's
@@ -261,14 +262,17 @@ class Transcriber:
         t0 = time.perf_counter()
         # a soft tone rather than zeros: the encoder and one decoder step both run
         t = np.arange(SAMPLE_RATE_HZ // 2) / SAMPLE_RATE_HZ
-        self.transcribe((0.01 * np.sin(2 * np.pi * 220 * t)).astype(np.float32))
+        self.transcribe((0.01 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), quick=True)  # a tone has no language
         return time.perf_counter() - t0
 
-    def transcribe(self, audio: np.ndarray) -> Transcript:
+    def transcribe(self, audio: np.ndarray, *, quick: bool = False) -> Transcript:
         """Text of one turn.
 
         Args:
             audio: (n,) float32 mono at 16 kHz, e.g. Turn.audio.
+            quick: assume the language of the last transcript with words (heard_language) instead of detecting
+                it. Detection runs Whisper's encoder a second time, and guesses wildly from a short clip (another
+                script for half a sentence of English), so a live partial transcript is quick; a turn's is not.
 
         Raises:
             ValueError: the audio is not a 1-D float array.
@@ -282,7 +286,7 @@ class Transcriber:
         if len(audio) == 0:
             return Transcript("", self.language or "", 0.0, 0.0, 0.0)
         segments, info = self._model.transcribe(
-            audio, language=self.language, beam_size=self.options.beam_size,
+            audio, language=self.heard_language if quick else self.language, beam_size=self.options.beam_size,
             # a turn is short and already trimmed by our VAD; carrying text between 30 s windows
             # is what makes Whisper loop on repeated phrases, so neither is wanted here
             vad_filter=False, condition_on_previous_text=False,
@@ -292,5 +296,7 @@ class Transcriber:
             temperature=0.0,
         )
         text = " ".join(s.text.strip() for s in segments).strip()  # segments is lazy: decoding happens here
+        if text and not quick:
+            self.heard_language = info.language
         return Transcript(text, info.language, float(info.language_probability),
                           len(audio) / SAMPLE_RATE_HZ, time.perf_counter() - t0)

@@ -47,6 +47,22 @@ def test_fixed_language_is_used_and_warm_up_runs(speak, whisper_dir):
     assert word_error_rate("please turn on the kitchen lights", transcript.text) <= 0.2
 
 
+def test_a_quick_transcript_assumes_the_language_last_heard(speak, whisper_dir):
+    """transcribe(quick=True), for the live transcript, takes the language of the last transcript with words instead
+    of detecting it (a partial of a short clip once came back in another script); only a full one changes it."""
+    transcriber = Transcriber(whisper_dir, TranscriberOptions(device="cpu", cpu_threads=2))
+    transcriber.warm_up()
+    assert transcriber.heard_language is None  # a tone has no language
+    german = transcriber.transcribe(speak("Guten Morgen, wie geht es dir heute?", voice="de"))
+    assert german.language == "de" and transcriber.heard_language == "de"
+    english = speak("Please turn on the kitchen lights.")
+    quick = transcriber.transcribe(english, quick=True)
+    assert (quick.language, quick.language_probability, transcriber.heard_language) == ("de", 1.0, "de")
+    assert transcriber.transcribe(english).language == transcriber.heard_language == "en"
+    quick = transcriber.transcribe(english, quick=True)
+    assert quick.language == "en" and word_error_rate("please turn on the kitchen lights", quick.text) <= 0.2
+
+
 def test_unknown_language_falls_back_to_detection(whisper_dir, caplog):
     """A language code the model lacks is a logged warning and detection, not a crash."""
     fixed = Transcriber(whisper_dir, TranscriberOptions(language="xx", device="cpu", cpu_threads=1))
