@@ -27,6 +27,7 @@ from engine.metrics import MetricsRecorder, TurnMetrics
 from engine.text import clean_text
 
 if TYPE_CHECKING:
+    from engine.llm.chat import Reply
     from engine.stt.whisper import Transcript
 
 log = logging.getLogger(__name__)
@@ -265,8 +266,20 @@ class Dialogue:
         with self._turn_state() as state:
             return self._turn(state, user_text, emit)
 
+    def early_reply(self, text: str) -> Reply:
+        """The LLM's reply to `text`, begun before its turn is sure (the user paused, and may go on): generate it
+        with Reply.ahead(), then hand it to voice_turn(reply=) or discard() it. Nothing of it is heard or saved
+        before; no turn runs beside it.
+
+        Raises:
+            InputTextError: empty text, or too long for the LLM's context.
+            RuntimeError: a turn or another early reply is running.
+        """
+        return self.chat.stream_reply(text)
+
     def voice_turn(self, audio_16k, speech_end: float | None = None, emit: Emit | None = None, *,
-                   turn_end: float | None = None, transcript: Transcript | None = None) -> TurnResult:
+                   turn_end: float | None = None, transcript: Transcript | None = None,
+                   reply: Reply | None = None) -> TurnResult:
         """A spoken turn: Whisper transcribes `audio_16k`, then as text_turn.
 
         stop() works from the start: called during the transcription, the turn is saved with an empty,
@@ -280,23 +293,33 @@ class Dialogue:
                 out, the key was released): the origin of stt_ms; None is speech_end.
             transcript: audio_16k's transcript when it was made already (the voice loop transcribes a turn
                 while its silence runs out); stt_ms is then the time from turn_end to now.
+            reply: an early_reply() to that transcript's text, generated ahead while the silence ran out; the turn
+                ends it, or discards it if it cannot begin.
         Raises:
             InputTextError: no words were heard (nothing is saved).
             ParleyError: as text_turn.
+            ValueError: the reply answers another text than the transcript.
         """
-        if self.transcriber is None:
-            raise ParleyError("this Dialogue has no Transcriber; pass one to take spoken turns")
-        speech_end = time.perf_counter() if speech_end is None else speech_end
-        turn_end = speech_end if turn_end is None else turn_end
-        with self._turn_state() as state:
-            transcript = transcript or self.transcriber.transcribe(audio_16k)
-            stt_ms = (time.perf_counter() - turn_end) * 1000.0
-            if not transcript.text.strip():
-                raise InputTextError(f"heard no words in {transcript.audio_s:.1f} s of audio; please speak again")
-            if emit is not None:
-                emit(Heard(transcript.text))
-                emit(Measured(self._turns, "stt_ms", stt_ms))
-            return self._turn(state, transcript.text, emit, speech_end=speech_end, stt_ms=stt_ms)
+        try:
+            if self.transcriber is None:
+                raise ParleyError("this Dialogue has no Transcriber; pass one to take spoken turns")
+            if reply is not None and (transcript is None or reply.user_text != transcript.text):
+                raise ValueError("an early reply needs the transcript it answers")
+            speech_end = time.perf_counter() if speech_end is None else speech_end
+            turn_end = speech_end if turn_end is None else turn_end
+            with self._turn_state() as state:
+                transcript = transcript or self.transcriber.transcribe(audio_16k)
+                stt_ms = (time.perf_counter() - turn_end) * 1000.0
+                if not transcript.text.strip():
+                    raise InputTextError(f"heard no words in {transcript.audio_s:.1f} s of audio; please speak again")
+                if emit is not None:
+                    emit(Heard(transcript.text))
+                    emit(Measured(self._turns, "stt_ms", stt_ms))
+                early, reply = reply, None  # the turn ends it from here
+                return self._turn(state, transcript.text, emit, speech_end=speech_end, stt_ms=stt_ms, reply=early)
+        finally:
+            if reply is not None:  # the turn did not begin: nothing of the reply is kept
+                reply.discard()
 
     def say(self, text: str, emit: Emit | None = None) -> TurnResult:
         """A speak-only turn: `text` goes clause by clause straight to the TTS and the player; stop() cuts it.
@@ -337,9 +360,12 @@ class Dialogue:
                 self._current = None
 
     def _turn(self, state: _TurnState, user_text: str, emit: Emit | None, speech_end: float | None = None,
-              stt_ms: float | None = None, llm: bool = True) -> TurnResult:
-        """Speaks the LLM's reply to user_text (llm=False: user_text itself), then saves and measures it."""
-        reply = self.chat.stream_reply(user_text, cancel=state.stopped) if llm else None  # validates first
+              stt_ms: float | None = None, llm: bool = True, reply: Reply | None = None) -> TurnResult:
+        """Speaks the LLM's reply to user_text (llm=False: user_text itself; `reply`: begun early), then saves and
+        measures it."""
+        early = reply is not None
+        if reply is None and llm:
+            reply = self.chat.stream_reply(user_text, cancel=state.stopped)  # validates first
 
         def tell(event) -> None:
             if emit is not None:
@@ -429,6 +455,7 @@ class Dialogue:
             voice_to_voice_ms=self._voice_to_voice_ms(state, speech_end),
             underruns=after.underruns - before.underruns,
             interrupted=interrupted,
+            early_reply=early,
         )
         self._turns += 1
         self.metrics.record(metrics)

@@ -111,6 +111,10 @@ class Owner(Protocol):
         """A finished utterance: 16 kHz audio, when its speech ended and when the turn was decided (perf_counter),
         and its (start_sample, end_sample) in the stream (the key of its early transcript)."""
 
+    def provisional(self, key: tuple[int, int] | None) -> None:
+        """Hands-free, the user paused: if the pause lasts, the utterance is the turn `key` (start_sample,
+        end_sample). None: they went on speaking, so that turn will not come."""
+
 
 def blocks(ms: float) -> int:
     """Microphone blocks in `ms` milliseconds, at least one."""
@@ -228,7 +232,7 @@ class Listener:
         levels: deque[tuple[float, float]] = deque(maxlen=gate.history_blocks)  # (t_captured, dBFS): what it measures
         gating = False  # speech over a running turn has not passed the gate yet
         silent = False  # the microphone's digital silence was reported (DeviceLost) and has not ended
-        early_end = None  # the ending_sample last offered for early transcription
+        early_end = None  # the ending_sample of the pause under way, offered for early transcription
         pos = 0
         try:
             while not self._closing.is_set():
@@ -271,9 +275,15 @@ class Listener:
                         self._heard(event, turn_end=block.t_captured)
                         utterance = []
                 end = ep.ending_sample
-                if end is not None and end != early_end and not gating and self._ahead is not None:
+                if end != early_end and not gating:
+                    if end is not None:
+                        turn = ep.ending_turn()
+                        if self._ahead is not None:
+                            self._ahead.offer_early(turn)
+                        self._owner.provisional((turn.start_sample, turn.end_sample))
+                    elif ep.in_turn:  # the pause ended in more speech
+                        self._owner.provisional(None)
                     early_end = end
-                    self._ahead.offer_early(ep.ending_turn())
                 if opts.partials:
                     recent.append((pos - BLOCK_SAMPLES, block.pcm))
                     if self._hearing and ep.in_turn:

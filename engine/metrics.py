@@ -32,9 +32,11 @@ class TurnMetrics:
     """STT: end of the user's turn (the endpointer's silence window ran out, or the push-to-talk key
     went up) -> final transcript. Voice turns only."""
     llm_ttft_ms: float | None = None
-    """LLM TTFT: the request to the LLM -> its first token with text."""
+    """LLM TTFT: the request to the LLM -> its first token with text (for a reply begun early, in the user's pause,
+    the request came before the turn)."""
     llm_first_clause_ms: float | None = None
-    """LLM first clause: the request to the LLM -> the first complete clause out of the clause splitter."""
+    """LLM first clause: the turn asks for the reply -> the first complete clause out of the clause splitter (near
+    zero for a reply begun early)."""
     tts_ttfc_ms: float | None = None
     """TTS TTFC: the first clause handed to the TTS engine -> its first PCM chunk in host memory."""
     tts_rtf: float | None = None
@@ -47,6 +49,8 @@ class TurnMetrics:
     """Player callbacks during the turn that ran out of audio mid-reply: audible gaps."""
     interrupted: bool = False
     """The turn was stopped (barge-in) before its reply had played out."""
+    early_reply: bool = False
+    """The reply was begun in the user's pause, before the turn was sure to end (engine/voice_loop.py)."""
 
     def as_dict(self) -> dict[str, float]:
         """The figures that were measured, by name (for Turn.metrics in engine/history.py)."""
@@ -54,7 +58,8 @@ class TurnMetrics:
                 if name in FIGURES and value is not None}
 
 
-FIGURES: tuple[str, ...] = tuple(f.name for f in fields(TurnMetrics) if f.name not in ("turn", "interrupted"))
+FIGURES: tuple[str, ...] = tuple(f.name for f in fields(TurnMetrics)
+                                 if f.name not in ("turn", "interrupted", "early_reply"))
 """The names of the figures that have percentiles, in display order."""
 
 

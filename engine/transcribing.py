@@ -31,11 +31,14 @@ class TranscribingAhead:
         closing: set when the loop closes; the threads end then.
         on_partial(utterance, text): a partial transcript of utterance number `utterance` (as offered); on the
             partials thread.
+        on_early(key, transcript): the early Transcript of the turn `key` is made (early_transcript() hands it
+            over); on the early thread.
     """
 
     def __init__(self, transcriber, partials: bool, closing: threading.Event,
-                 on_partial: Callable[[int, str], None]):
-        self._transcriber, self._closing, self._on_partial = transcriber, closing, on_partial
+                 on_partial: Callable[[int, str], None], on_early: Callable[[tuple[int, int], object], None]):
+        self._transcriber, self._closing = transcriber, closing
+        self._on_partial, self._on_early = on_partial, on_early
         self.whisper = threading.Lock()  # held by whoever transcribes: the turn, or a thread here
         self._partial_audio: queue.Queue[tuple[int, np.ndarray]] = queue.Queue(maxsize=1)
         # the newest early offer not yet taken, the one being transcribed, the last one done (key, Transcript);
@@ -90,6 +93,8 @@ class TranscribingAhead:
                         self._early_done = (key, transcript)
                     self._early_running = None
                     self._early.notify_all()
+            if transcript is not None:
+                self._on_early(key, transcript)
 
     # -- partials -------------------------------------------------------------------------------------------
 

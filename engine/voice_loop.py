@@ -5,6 +5,9 @@ microphone into utterances, speech starts and the input level; TranscribingAhead
 transcribes an utterance while its end-of-turn silence runs out, and the utterance so far for the live transcript;
 the turn worker here runs each queued turn (an utterance, typed text, text to speak as it is) through the Dialogue
 (engine/dialogue.py). Speech that starts while Parley talks stops it at once (barge-in) and becomes the next turn.
+When the user pauses and the early transcript is ready before the turn is sure, the worker starts the LLM's reply
+to it (an early reply, generated between checks of the queue): the turn takes it if the pause ends the turn, and it
+is dropped, unheard and unsaved, if the user goes on.
 The loop keeps the one state the user sees (StateChanged) and delivers every event of engine/events.py to its
 subscribers, on its own threads.
 """
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.dialogue import Dialogue, TurnResult
-from engine.errors import AudioDeviceError, ParleyError, user_message
+from engine.errors import AudioDeviceError, InputTextError, ParleyError, user_message
 from engine.events import (BargeIn, DeviceLost, DeviceRestored, Heard, ReplyText, SpeakingClause, StateChanged,
                            TurnFailed, TurnFinished)
 from engine.listening import Listener, Mode, VoiceOptions
@@ -59,6 +62,22 @@ class _Spoken:
     key: tuple[int, int]  # its (start_sample, end_sample) in the stream: the key of its early transcript
 
 
+@dataclass(frozen=True)
+class _Provisional:
+    """The early transcript of the turn `key`, which the user's pause may still end: begin its reply."""
+
+    key: tuple[int, int]
+    text: str
+
+
+@dataclass(frozen=True)
+class _EarlyReply:
+    """A reply begun on a provisional end of turn (engine/llm/chat.py Reply), and that turn's key."""
+
+    key: tuple[int, int]
+    reply: object
+
+
 class VoiceLoop:
     """A spoken (and typed) conversation running on its own threads over a Dialogue and a Microphone.
 
@@ -92,7 +111,8 @@ class VoiceLoop:
         if microphone is not None:
             if dialogue.transcriber is not None:  # a partial transcript goes to the Listener, which knows if it is late
                 self._ahead = TranscribingAhead(dialogue.transcriber, opts.partials, self._closing,
-                                                on_partial=lambda *partial: self._listener.partial(*partial))
+                                                on_partial=lambda *partial: self._listener.partial(*partial),
+                                                on_early=self._early_transcript)
             self._listener = Listener(microphone, opts, self, self._closing, self._ahead, vad, turn_model)
         self._mode = opts.mode
         self._lock = threading.RLock()  # guards the state below; StateChanged is emitted under it, in order
@@ -106,7 +126,10 @@ class VoiceLoop:
         self._mic_lost = False
         self._speakers_lost = False  # DeviceLost("output") was emitted; only the turn worker touches it
         self._stop_turn = False  # a barge-in came for the turn now running (or about to)
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # _Typed, _SpeakOnly or _Spoken; None ends the worker
+        self._provisional: tuple[int, int] | None = None  # the turn the user's pause may end (Owner.provisional)
+        self._early: _EarlyReply | None = None  # set by the worker, cancelled by provisional()
+        # _Typed, _SpeakOnly, _Spoken or _Provisional; None ends the worker
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._echo = None  # the EchoCanceller between the player and the microphone while the loop runs
 
@@ -270,23 +293,39 @@ class VoiceLoop:
     def turn_heard(self, audio: np.ndarray, speech_end: float, turn_end: float, key: tuple[int, int]) -> None:
         """The Listener heard an utterance: the next turn."""
         with self._lock:  # from hearing straight to thinking: the worker takes the turn at once when idle
+            self._provisional = None
             self._jobs.put(_Spoken(audio, speech_end, turn_end, key))
             self.update(hearing=False, phase=self._phase or "thinking")
+
+    def provisional(self, key: tuple[int, int] | None) -> None:
+        """The Listener saw a pause that may end the turn `key`, or (None) speech again: a reply begun for another
+        turn stops generating at once."""
+        with self._lock:
+            self._provisional = key
+            if self._early is not None and self._early.key != key:
+                self._early.reply.cancel()
+
+    def _early_transcript(self, key: tuple[int, int], transcript) -> None:
+        """TranscribingAhead made the early transcript of `key`: the worker may begin its reply."""
+        with self._lock:
+            if key == self._provisional and transcript.text.strip():
+                self._jobs.put(_Provisional(key, transcript.text))
 
     # -- the turn worker ----------------------------------------------------------------------------------------
 
     def _work(self) -> None:
         while True:
-            try:
-                job = self._jobs.get(timeout=self.options.device_retry_ms / 1000)
-            except queue.Empty:
-                self._check_speakers()
-                continue
+            job = self._next_job()
             if job is None or self._closing.is_set():
+                self._take_early(None)
                 return
+            if isinstance(job, _Provisional):
+                self._begin_early(job)
+                continue
+            reply = self._take_early(job)
             self.update(phase="thinking")
             try:
-                result = self._run(job)
+                result = self._run(job, reply)
             except Exception as e:  # a stage failed; the Dialogue has saved what was said and heard
                 if not isinstance(e, ParleyError):
                     log.exception("a turn failed")
@@ -298,6 +337,52 @@ class VoiceLoop:
                     self._stop_turn = False
                     self.update(phase=None)
             self._check_speakers()  # a turn that lost them announces it at once
+
+    def _next_job(self):
+        """The next job; while none is queued, the early reply's tokens are generated one by one."""
+        while True:
+            early = self._early
+            if early is not None and self._ahead_one(early.reply):
+                try:
+                    return self._jobs.get_nowait()
+                except queue.Empty:
+                    continue
+            try:
+                return self._jobs.get(timeout=self.options.device_retry_ms / 1000)
+            except queue.Empty:
+                self._check_speakers()
+
+    @staticmethod
+    def _ahead_one(reply) -> bool:
+        try:
+            return reply.ahead()
+        except Exception:  # the turn, if it comes, will ask the LLM again and report what fails
+            log.exception("an early reply failed")
+            reply.cancel()
+            return False
+
+    def _begin_early(self, job: _Provisional) -> None:
+        """Begins the reply to a provisional turn's text, unless the user went on or the turn came already."""
+        self._take_early(None)
+        with self._lock:  # under the lock that provisional() takes: a cancel cannot slip in between
+            if job.key != self._provisional:
+                return
+            try:
+                self._early = _EarlyReply(job.key, self.dialogue.early_reply(job.text))
+            except InputTextError as e:  # too long for the LLM: the turn itself will say so
+                log.info("no early reply: %s", e)
+
+    def _take_early(self, job):
+        """The early reply that answers `job`, or None; any other is discarded (nothing of it was heard or saved)."""
+        with self._lock:
+            early, self._early = self._early, None
+        if early is None:
+            return None
+        if isinstance(job, _Spoken) and job.key == early.key and not early.reply.cancel_event.is_set():
+            return early.reply
+        early.reply.discard()
+        log.info("dropped the early reply to %r: the user went on, or another turn came first", early.reply.user_text)
+        return None
 
     def _check_speakers(self) -> None:
         """Announces speakers that were lost (DeviceLost) and, on each later call while they are, opens
@@ -317,7 +402,7 @@ class VoiceLoop:
         self._speakers_lost = False
         self.emit(DeviceRestored("output", f"the speakers are back: output device {player.device.name!r}"))
 
-    def _run(self, job) -> TurnResult:
+    def _run(self, job, reply) -> TurnResult:
         match job:
             case _Typed(text):
                 return self.dialogue.text_turn(text, self._turn_event)
@@ -338,7 +423,7 @@ class VoiceLoop:
 
         try:
             return self.dialogue.voice_turn(job.audio, job.speech_end, event, turn_end=job.turn_end,
-                                            transcript=transcript)
+                                            transcript=transcript, reply=reply)
         finally:
             if whisper is not None:
                 whisper.release()

@@ -2,6 +2,7 @@
 monitor is the Microphone (tests/conftest.py user_mic), Silero VAD, Whisper base, SmolLM2 (GGUF), the
 tiny TTS checkpoint speaking through the Player on the 'vsink' null sink, and a SQLite history file."""
 
+import logging
 import math
 import threading
 import time
@@ -362,9 +363,9 @@ class RecordingTranscriber:
     def __init__(self, transcriber):
         self._transcriber, self.calls = transcriber, []
 
-    def transcribe(self, audio):
+    def transcribe(self, audio, **options):
         self.calls.append((threading.current_thread().name, len(audio)))
-        return self._transcriber.transcribe(audio)
+        return self._transcriber.transcribe(audio, **options)
 
     def __getattr__(self, name):
         return getattr(self._transcriber, name)
@@ -400,3 +401,46 @@ def test_a_voice_resumed_within_the_silence_window_makes_the_early_text_stale_an
     assert finished.result.user_text == heard.text and len(events.of(Heard)) == 1
     lengths = [n for _, n in recording.calls]
     assert len(lengths) >= 2 and lengths[-1] > lengths[0]  # the first part alone, then the whole turn
+
+
+def test_a_reply_begun_in_the_pause_that_ends_the_turn_is_the_one_spoken_and_saved(parts, user_mic, speak):
+    """The early transcript is ready long before a 3 s pause ends the turn: the LLM's reply to it begins in the
+    pause, and the turn speaks and saves that reply, once, after the Heard that starts it."""
+    dialogue, mic = parts
+    loop, events = run_loop(dialogue, mic, vad=VadOptions(silence_ms=3000))
+    with loop:
+        user_mic(speak(QUESTION))
+        finished = events.wait_for(TurnFinished)
+    result = finished.result
+    assert result.metrics.early_reply and QUESTION_WORD in result.user_text.lower() and result.reply_text.strip()
+    assert not result.interrupted and result.heard_text
+    assert dialogue.chat.history == [{"role": "user", "content": result.user_text},
+                                     {"role": "assistant", "content": result.reply_text}]
+    user, assistant = saved_turns(dialogue)
+    assert (user.text, assistant.text) == (result.user_text, result.reply_text)
+    order = [type(e).__name__ for e in events.seen]
+    assert order.index("Heard") < order.index("ReplyText") < order.index("SpeakingClause")
+
+
+def test_a_reply_begun_in_a_pause_the_user_talks_on_through_is_dropped_unheard_and_unsaved(
+        parts, user_mic, speak, caplog):
+    """A 2.5 s pause for thought inside a 4 s window: the reply begun to the first half is dropped when the voice
+    comes back; the one turn is both halves, and neither the LLM's history nor the saved conversation nor the
+    speakers had anything of the dropped reply."""
+    caplog.set_level(logging.INFO, logger="engine.voice_loop")
+    dialogue, mic = parts
+    loop, events = run_loop(dialogue, mic, vad=VadOptions(silence_ms=4000))
+    with loop:
+        user_mic(np.concatenate([speak(QUESTION), np.zeros(40_000, np.float32), speak(SECOND_QUESTION)]))
+        finished = events.wait_for(TurnFinished)
+    result = finished.result
+    # the reply to the first half was dropped; the whole turn's, begun in the pause that ended it, was spoken
+    dropped = [r.getMessage().lower() for r in caplog.records if "dropped the early reply" in r.getMessage()]
+    assert dropped and QUESTION_WORD in dropped[0] and SECOND_WORD not in dropped[0] and result.metrics.early_reply
+    assert QUESTION_WORD in result.user_text.lower() and SECOND_WORD in result.user_text.lower()
+    assert [h.text for h in events.of(Heard)] == [result.user_text]
+    assert dialogue.chat.history == [{"role": "user", "content": result.user_text},
+                                     {"role": "assistant", "content": result.reply_text}]
+    assert [t.text for t in saved_turns(dialogue)] == [result.user_text, result.reply_text]
+    order = [type(e).__name__ for e in events.seen]
+    assert order.index("Heard") < order.index("ReplyText") and order.index("Heard") < order.index("SpeakingClause")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,34 +86,65 @@ class ChatOptions:
 class Reply:
     """One reply as it streams: iterate it for token strings (the LLM runs as you iterate).
 
-    ttft_ms: LLM TTFT, from the first next() (the request) to the first token with text; None before.
+    user_text: what it answers.
+    ttft_ms: LLM TTFT, from the request (the first next() or ahead()) to the first token with text; None before.
     text: the reply so far. tokens: how many text pieces have come out.
     finish_reason: None while streaming, then "stop" (the model ended), "length" (max_tokens) or
         "cancelled" (cancel() or the cancel event, or the loop was left early).
-    close() (or `with reply:`, or dropping the Reply) after leaving the loop early ends generation;
-    the turn goes into the model's history with the text generated so far.
+    The reply ends when iteration does, or at close() (or `with reply:`) after leaving the loop early; the turn then
+    goes into the model's history with the text generated so far. A reply begun on a guess (the user may not have
+    finished) is generated ahead() of its turn, and discard()ed if the guess was wrong.
     """
 
     def __init__(self, chat: ChatModel, user_text: str, messages: list[dict], cancel: threading.Event):
-        self._chat, self._user_text, self._messages = chat, user_text, messages
+        self._chat, self.user_text, self._messages = chat, user_text, messages
         self.cancel_event = cancel
         self.text = ""
         self.tokens = 0
         self.ttft_ms: float | None = None
         self.finish_reason: str | None = None
         self._started = False
+        self._generated = False  # the LLM has written its last token (or failed)
+        self._ended = False  # the model is free again and the history has the turn (or not: discarded)
+        self._kept = True
+        self._ahead: deque[str] = deque()  # tokens generated ahead(), not yet iterated
         self._gen = self._run()
 
     def cancel(self):
         """Stop generating at the next token; safe to call from any thread."""
         self.cancel_event.set()
 
+    def ahead(self) -> bool:
+        """Generate the next token now, before it is asked for (iteration hands it on); False once the LLM has
+        written its last one. For a reply begun while its turn is not sure yet: the history waits for the end of
+        iteration.
+
+        Raises:
+            Exception: what llama.cpp raised; the reply is then generated (and can be discarded).
+        """
+        if self._generated:
+            return False
+        self._started = True
+        try:
+            self._ahead.append(next(self._gen))
+        except StopIteration:
+            self._generated = True
+            return False
+        except BaseException:
+            self._generated = True
+            raise
+        return True
+
+    def discard(self):
+        """End the reply and leave its turn out of the history, as if it had not been asked."""
+        self._kept = False
+        self.cancel()
+        self.close()
+
     def close(self):
         """End the reply now (as leaving the loop does)."""
-        if not self._started:  # the generator's finally never ran: just free the model
-            self.finish_reason = "cancelled"
-            self._chat._busy = False
         self._gen.close()
+        self._end()
 
     def __enter__(self) -> Reply:
         return self
@@ -125,7 +157,21 @@ class Reply:
 
     def __next__(self) -> str:
         self._started = True
-        return next(self._gen)
+        if self._ahead:
+            return self._ahead.popleft()
+        try:
+            return next(self._gen)
+        except BaseException:  # the end (StopIteration), or a failure
+            self._end()
+            raise
+
+    def _end(self):
+        if self._ended:
+            return
+        self._ended = True
+        if self.finish_reason is None:
+            self.finish_reason = "cancelled"
+        self._chat._finish(self.user_text, self.text, self._kept and self._started)
 
     def _run(self) -> Iterator[str]:
         chat = self._chat
@@ -161,7 +207,6 @@ class Reply:
                 self.finish_reason = "cancelled"
             if stream is not None:
                 stream.close()  # stops llama.cpp's decode loop now, not at the next garbage collection
-            chat._finish(self._user_text, self.text)
 
 
 class ChatModel:
@@ -305,8 +350,10 @@ class ChatModel:
             else:
                 self._history.pop()
 
-    def _finish(self, user_text: str, reply_text: str):
+    def _finish(self, user_text: str, reply_text: str, kept: bool):
         self._busy = False
+        if not kept:
+            return
         self._history.append({"role": "user", "content": user_text})
         if reply_text.strip():
             self._history.append({"role": "assistant", "content": reply_text})

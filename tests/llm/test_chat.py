@@ -132,6 +132,34 @@ def test_leaving_the_loop_frees_the_model_for_the_next_reply(chat):
     assert "".join(chat.stream_reply("Hi")).strip()
 
 
+def test_a_reply_generated_ahead_is_the_same_reply_and_joins_the_history_only_when_iterated(chat):
+    """ahead() writes the whole reply before anyone reads it, without touching the history; iterating it then hands
+    on the same tokens a plain reply gives (greedy), and only its end puts the turn into the history."""
+    plain = list(chat.stream_reply("What is the capital of France?"))
+    chat.clear_history()
+    reply = chat.stream_reply("What is the capital of France?")
+    while reply.ahead():
+        pass
+    assert reply.text == "".join(plain) and reply.finish_reason in ("stop", "length")
+    assert chat.history == [] and not reply.ahead()
+    assert list(reply) == plain
+    assert chat.history == [{"role": "user", "content": "What is the capital of France?"},
+                            {"role": "assistant", "content": "".join(plain)}]
+
+
+def test_a_discarded_reply_leaves_no_trace_and_frees_the_model(chat):
+    """discard(), part-way or after the whole reply was generated ahead: the history stays as it was, and the next
+    reply starts at once."""
+    for steps in (2, 1000):
+        reply = chat.stream_reply("Tell me a story about a dragon.")
+        while steps and reply.ahead():
+            steps -= 1
+        assert reply.text
+        reply.discard()
+        assert chat.history == []
+    assert "".join(chat.stream_reply("Hi")).strip() and len(chat.history) == 2
+
+
 def test_a_second_reply_while_one_streams_is_refused(chat):
     """Only one reply streams at a time; the error says what to do."""
     reply = chat.stream_reply("Hello")
