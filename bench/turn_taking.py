@@ -1,5 +1,6 @@
 """Benchmark of turn-taking: how soon Parley answers once the user has finished, and how often it cuts them off in a
-pause for thought, with the fixed silence window and with end-of-turn detection, in the same run.
+pause for thought, with the fixed silence window (the baseline), end-of-turn detection, and end-of-turn detection
+with the reply begun in the pause (the default), in the same run.
 
 Method: bench/voice_loop.py's parts (a private PulseAudio with the 'vsink' speakers and the 'usermic' microphone,
 espeak-ng's en-us voice at 150 words a minute; or --audio virtual) drive the real loop hands-free: Silero VAD ->
@@ -11,11 +12,12 @@ Each turn is played into the microphone; once it has played, the loop is waited 
 for --settle-s (longer than the longest pause, so a turn that is still open ends first). A turn the loop heard as
 more than one is a false cut-off. Response latency is engine/metrics.py's voice-to-voice (the block holding the
 last speech -> the reply's first sample handed to the sound card) of the turn's last part. Each configuration runs
-the whole script on the same models, the fixed window first. PulseAudio's null sinks run on a slow clock (~50-75%
+the whole script on the same models, the fixed window first; "replies begun early" counts the measured turns whose
+reply the LLM had begun in the pause (TurnMetrics.early_reply). PulseAudio's null sinks run on a slow clock (~50-75%
 of real time here), which stretches the pauses in wall time, and so the fixed window's latency; the virtual sound
 card (--audio virtual) keeps wall-clock pace.
 
-    python bench/turn_taking.py                     # CPU, 2 x 48 turns
+    python bench/turn_taking.py                     # CPU, 3 x 48 turns
     python bench/turn_taking.py --device cuda --audio virtual --voices DIR
 """
 
@@ -128,7 +130,7 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model) -> dict:
+def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model, early_reply: bool) -> dict:
     from engine.events import TurnFinished
     from engine.listening import VoiceOptions
     from engine.stt import VadOptions
@@ -136,8 +138,9 @@ def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model)
 
     vad = VadOptions(silence_ms=args.longest_pause_ms if turn_model is not None else args.silence_ms)
     watch = Watch()
-    latency, cut = [], {"paused": 0, "filler": 0}
-    with VoiceLoop(dialogue, mic, options=VoiceOptions(vad=vad, barge_in=False), turn_model=turn_model) as loop:
+    latency, cut, early = [], {"paused": 0, "filler": 0}, 0
+    options = VoiceOptions(vad=vad, barge_in=False, early_reply=early_reply)
+    with VoiceLoop(dialogue, mic, options=options, turn_model=turn_model) as loop:
         loop.subscribe(watch)
         loop.start()
         for i, (kind, parts) in enumerate(turns):
@@ -152,8 +155,9 @@ def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model)
             last = watch.finished[-1]
             if isinstance(last, TurnFinished) and last.result.metrics.voice_to_voice_ms is not None:
                 latency.append(last.result.metrics.voice_to_voice_ms)
+                early += last.result.metrics.early_reply
             print(f"{name}: turn {i} ({kind}): heard {watch.heard}", file=sys.stderr)
-    return {"latency": latency, "cut": cut}
+    return {"latency": latency, "cut": cut, "early": early}
 
 
 def main(argv=None) -> int:
@@ -197,20 +201,23 @@ def measure(args, audio, work: Path, voices: Path) -> int:
     results = {}
     with Player() as player, Microphone() as mic, HistoryStore(work / "history.sqlite3") as history:
         dialogue = Dialogue(chat, tts, player, history, transcriber)
-        for name, turn_model in ((f"fixed {args.silence_ms} ms window", None),
-                                 (f"end-of-turn detection (longest pause {args.longest_pause_ms} ms)", model)):
-            results[name] = run_config(name, dialogue, mic, audio, turns, voices, args, turn_model)
+        detection = f"end-of-turn detection (longest pause {args.longest_pause_ms} ms)"
+        for name, turn_model, early_reply in ((f"fixed {args.silence_ms} ms window", None, False),
+                                              (detection, model, False),
+                                              (f"{detection} + early reply", model, True)):
+            results[name] = run_config(name, dialogue, mic, audio, turns, voices, args, turn_model, early_reply)
 
     paused = sum(kind in ("paused", "filler") for kind, _ in turns)
     print(f"\n{len(turns)} turns ({paused} with a pause for thought), --device {args.device}, --audio {args.audio}, "
           f"Whisper on {transcriber.device}, {model.path.name}\n")
-    print("| configuration | response latency p50 ms | p95 ms | turns measured | false cut-offs |")
-    print("|---|---|---|---|---|")
+    print("| configuration | response latency p50 ms | p95 ms | turns measured | replies begun early | "
+          "false cut-offs |")
+    print("|---|---|---|---|---|---|")
     for name, r in results.items():
         cut = sum(r["cut"].values())
         print(f"| {name} | {percentile(r['latency'], 50):.0f} | {percentile(r['latency'], 95):.0f} | "
-              f"{len(r['latency'])} | {cut} of {paused} ({100 * cut / max(paused, 1):.0f}%: mid-sentence "
-              f"{r['cut']['paused']}, after a filler {r['cut']['filler']}) |")
+              f"{len(r['latency'])} | {r['early']} | {cut} of {paused} ({100 * cut / max(paused, 1):.0f}%: "
+              f"mid-sentence {r['cut']['paused']}, after a filler {r['cut']['filler']}) |")
     return 0
 
 

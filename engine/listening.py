@@ -52,6 +52,8 @@ class VoiceOptions:
         (the residual echo while Parley talks, else the room's noise) ...
     barge_in_min_dbfs: ... and never below this level.
     partials: emit Partial transcripts while the user speaks (costs Whisper runs on the CPU).
+    early_reply: hands-free, begin the LLM's reply in a pause that may end the turn, once its early transcript is
+        ready (dropped if the user goes on); False: only once the turn has ended.
     partial_interval_ms: new audio between two partial transcripts.
     level_interval_ms: audio per Level event.
     device_retry_ms: how often a lost speaker or microphone is opened again (and, while all is well,
@@ -65,6 +67,7 @@ class VoiceOptions:
     vad: VadOptions = VadOptions()
     barge_in: bool = True
     partials: bool = False
+    early_reply: bool = True
     partial_interval_ms: int = 800
     level_interval_ms: int = 100
     device_retry_ms: int = 1000

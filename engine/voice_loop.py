@@ -308,7 +308,7 @@ class VoiceLoop:
     def _early_transcript(self, key: tuple[int, int], transcript) -> None:
         """TranscribingAhead made the early transcript of `key`: the worker may begin its reply."""
         with self._lock:
-            if key == self._provisional and transcript.text.strip():
+            if self.options.early_reply and key == self._provisional and transcript.text.strip():
                 self._jobs.put(_Provisional(key, transcript.text))
 
     # -- the turn worker ----------------------------------------------------------------------------------------

@@ -403,17 +403,20 @@ def test_a_voice_resumed_within_the_silence_window_makes_the_early_text_stale_an
     assert len(lengths) >= 2 and lengths[-1] > lengths[0]  # the first part alone, then the whole turn
 
 
-def test_a_reply_begun_in_the_pause_that_ends_the_turn_is_the_one_spoken_and_saved(parts, user_mic, speak):
+@pytest.mark.parametrize("early_reply", [True, False])
+def test_a_reply_begun_in_the_pause_that_ends_the_turn_is_the_one_spoken_and_saved(parts, user_mic, speak,
+                                                                                   early_reply):
     """The early transcript is ready long before a 3 s pause ends the turn: the LLM's reply to it begins in the
-    pause, and the turn speaks and saves that reply, once, after the Heard that starts it."""
+    pause (unless VoiceOptions.early_reply is off), and the turn speaks and saves that reply, once, after the Heard
+    that starts it."""
     dialogue, mic = parts
-    loop, events = run_loop(dialogue, mic, vad=VadOptions(silence_ms=3000))
+    loop, events = run_loop(dialogue, mic, vad=VadOptions(silence_ms=3000), early_reply=early_reply)
     with loop:
         user_mic(speak(QUESTION))
         finished = events.wait_for(TurnFinished)
     result = finished.result
-    assert result.metrics.early_reply and QUESTION_WORD in result.user_text.lower() and result.reply_text.strip()
-    assert not result.interrupted and result.heard_text
+    assert result.metrics.early_reply == early_reply and QUESTION_WORD in result.user_text.lower()
+    assert result.reply_text.strip() and result.heard_text and not result.interrupted
     assert dialogue.chat.history == [{"role": "user", "content": result.user_text},
                                      {"role": "assistant", "content": result.reply_text}]
     user, assistant = saved_turns(dialogue)
