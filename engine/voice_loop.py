@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from engine.listening import Listener, Mode, VoiceOptions
 from engine.stt.vad import SileroVad
 from engine.subscribers import Subscribers
 from engine.transcribing import TranscribingAhead
+
+if TYPE_CHECKING:
+    from engine.llm.chat import Reply
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +76,10 @@ class _Provisional:
 
 @dataclass(frozen=True)
 class _EarlyReply:
-    """A reply begun on a provisional end of turn (engine/llm/chat.py Reply), and that turn's key."""
+    """A reply begun on a provisional end of turn, and that turn's key."""
 
     key: tuple[int, int]
-    reply: object
+    reply: Reply
 
 
 class VoiceLoop:
@@ -353,7 +357,7 @@ class VoiceLoop:
                 self._check_speakers()
 
     @staticmethod
-    def _ahead_one(reply) -> bool:
+    def _ahead_one(reply: Reply) -> bool:
         try:
             return reply.ahead()
         except Exception:  # the turn, if it comes, will ask the LLM again and report what fails
@@ -372,7 +376,7 @@ class VoiceLoop:
             except InputTextError as e:  # too long for the LLM: the turn itself will say so
                 log.info("no early reply: %s", e)
 
-    def _take_early(self, job):
+    def _take_early(self, job) -> Reply | None:
         """The early reply that answers `job`, or None; any other is discarded (nothing of it was heard or saved)."""
         with self._lock:
             early, self._early = self._early, None
@@ -402,7 +406,7 @@ class VoiceLoop:
         self._speakers_lost = False
         self.emit(DeviceRestored("output", f"the speakers are back: output device {player.device.name!r}"))
 
-    def _run(self, job, reply) -> TurnResult:
+    def _run(self, job, reply: Reply | None) -> TurnResult:
         match job:
             case _Typed(text):
                 return self.dialogue.text_turn(text, self._turn_event)
