@@ -9,7 +9,7 @@ text as typed, Esc stops, Ctrl+M mutes, Ctrl+, opens the settings, Ctrl+H the hi
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QThread, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QApplication,
@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.chat_view import ChatView
 from app.errors import ACTIONS, ErrorDialog, Problem, erase_failed, problem_for, unknown_voice, voice_off
+from app.global_key import GlobalKeyError, GlobalTalkKey, unavailable
 from app.meter import LatencyMeter
 from app.settings import Settings
 from app.worker import EngineWorker
@@ -149,7 +150,9 @@ class MainWindow(QMainWindow):
         self.models_page = None  # made on first use
         self.about_page = None  # made on first use
         self._history_was_open = False  # the history view was on screen when all history was deleted
-        self._talking = False  # Space or the talk button is held
+        self._talking = False  # Space, the global talk key or the talk button is held
+        self.global_key: GlobalTalkKey | None = None
+        self.global_key_problem: str | None = None  # why the global talk key of the settings does not work
         self._lost_devices: dict[str, Problem] = {}  # "output"/"input" -> its Problem, until it is back
         self.setWindowTitle("Parley")
         self.resize(960, 640)
@@ -164,6 +167,7 @@ class MainWindow(QMainWindow):
         QApplication.instance().installEventFilter(self)  # Space as push-to-talk wherever focus is
         self._release = QTimer(self, singleShot=True, interval=KEY_RELEASE_DEBOUNCE_MS)
         self._release.timeout.connect(self._talk_up)
+        self._grab_global_key()
 
     # -- building -------------------------------------------------------------------------------------
 
@@ -590,8 +594,11 @@ class MainWindow(QMainWindow):
         """The settings dialog; what it saves is applied at once where it can be (app/settings_dialog.py)."""
         from app.settings_dialog import SettingsDialog
 
-        dialog = SettingsDialog(self.settings, self.info, self)
+        dialog = SettingsDialog(self.settings, self.info, self, global_key_problem=self.global_key_problem)
         dialog.saved.connect(self._settings_saved)
+        # let go of the talk key while the dialog is open, so that its field can take that very key
+        self._release_global_key()
+        dialog.finished.connect(self._grab_global_key)
         dialog.open()
         return dialog
 
@@ -631,17 +638,45 @@ class MainWindow(QMainWindow):
         kind = event.type()
         if kind in (QEvent.Type.KeyPress, QEvent.Type.KeyRelease) and event.key() == Qt.Key.Key_Space \
                 and self._space_talks(watched, event):
-            if event.isAutoRepeat():
-                return True
-            if kind == QEvent.Type.KeyPress:
-                if self._release.isActive():  # a release and a press a few ms apart: the key is still held
-                    self._release.stop()
-                else:
-                    self._talk_down()
-            elif self._talking:
-                self._release.start()
+            if not event.isAutoRepeat():
+                self._key_down() if kind == QEvent.Type.KeyPress else self._key_up()
             return True
         return super().eventFilter(watched, event)
+
+    def _key_down(self) -> None:
+        if self._release.isActive():  # a release and a press a few ms apart: the key is still held
+            self._release.stop()
+        else:
+            self._talk_down()
+
+    def _key_up(self) -> None:
+        if self._talking:
+            self._release.start()
+
+    def _grab_global_key(self) -> None:
+        """Holds the settings' global talk key from now on (the one held before is let go); why it cannot be used
+        goes to the status bar and the settings dialog."""
+        self._release_global_key()
+        shortcut = self.settings.global_talk_key
+        self.global_key_problem = unavailable(QGuiApplication.platformName()) if shortcut else None
+        if not shortcut or self.global_key_problem:
+            return
+        key = GlobalTalkKey(shortcut, parent=self)
+        try:
+            key.start()
+        except GlobalKeyError as e:
+            self.global_key_problem = str(e)
+            self.statusBar().showMessage(f"The talk key {shortcut} cannot be used from other apps: {e}", 15000)
+            return
+        key.pressed.connect(self._key_down)
+        key.released.connect(self._talk_up)  # its auto-repeat is filtered where it comes in
+        self.global_key = key
+
+    def _release_global_key(self) -> None:
+        if self.global_key is not None:
+            self.global_key.stop()
+            self.global_key = None
+            self._key_up()  # a talk held with it would be released by nobody
 
     def _space_talks(self, watched: QObject, event: QEvent) -> bool:
         """Space is push-to-talk in this window unless the user is typing: in a field with text in it (the one with
@@ -661,6 +696,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:
         """Stop the engine (the loop's threads, the devices), then the worker's thread."""
         QApplication.instance().removeEventFilter(self)
+        self._release_global_key()
         self.hide()
         if self._thread.isRunning():
             # a local event loop, so the worker's last queued signals are still delivered meanwhile

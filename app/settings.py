@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSettings
 
+from app.global_key import DEFAULT_KEY
 from engine.settings import SETTINGS, AssistantConfig, Setting, settings_path
 
 ORGANIZATION = "Parley"
@@ -54,6 +55,8 @@ class Settings:
     """
 
     theme = _Value(Setting("ui/theme", "theme", "system", THEMES))
+    # push-to-talk from any app (app/global_key.py), as Qt writes a shortcut; "" for none
+    global_talk_key = _Value(Setting("ui/global_talk_key", "global_talk_key", DEFAULT_KEY))
     # the last reason shown for speech running without the megakernel: a lasting one is told once, not every start
     megakernel_notice = _Value(Setting("notices/megakernel", "megakernel_notice", ""))
 

@@ -9,6 +9,7 @@ can: the voice, the listening and the prompt at once, models and devices by relo
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -17,6 +18,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
+    QKeySequenceEdit,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
@@ -42,6 +44,7 @@ class SettingsDialog(QDialog):
         settings: what is edited.
         info: the loaded engine, for its voices and languages; None while no model is loaded (then the
             stored names are offered as they are).
+        global_key_problem: why the global talk key does not work (the window's), shown under it; None if it does.
 
     Signals:
         saved(): the settings were written.
@@ -49,9 +52,11 @@ class SettingsDialog(QDialog):
 
     saved = Signal()
 
-    def __init__(self, settings: Settings, info: AssistantInfo | None, parent: QWidget | None = None):
+    def __init__(self, settings: Settings, info: AssistantInfo | None, parent: QWidget | None = None, *,
+                 global_key_problem: str | None = None):
         super().__init__(parent)
         self.settings = settings
+        self._global_key_problem = global_key_problem
         self.setObjectName("settingsDialog")
         self.setWindowTitle("Parley settings")
         tabs = QTabWidget()
@@ -133,9 +138,16 @@ class SettingsDialog(QDialog):
                              "With a headset it notices that the microphone does not hear the speakers and "
                              "leaves your voice alone")
         self.input = self._device_box("input", s.input_device)
+        self.global_key = QKeySequenceEdit(QKeySequence(s.global_talk_key), objectName="globalTalkKey",
+                                           clearButtonEnabled=True, maximumSequenceLength=1)
+        self.global_key.setToolTip("Push-to-talk while another app has the focus: hold this key. Empty for none")
+        self.global_key_note = QLabel(self._global_key_problem or "Hold it in any app to talk (push-to-talk).",
+                                      objectName="hint", wordWrap=True)
         form = QFormLayout()
         form.addRow("Microphone", self.input)
         form.addRow("Mode", self.mode)
+        form.addRow("Talk key in any app", self.global_key)
+        form.addRow("", self.global_key_note)
         form.addRow("", self.turn_detection)
         form.addRow("Longest pause to think", self.longest_pause)
         form.addRow("Pause that ends a turn (detection off)", self.silence)
@@ -196,6 +208,7 @@ class SettingsDialog(QDialog):
             "input_device": self.input.currentData(), "listen_mode": self.mode.currentData(),
             "turn_detection": self.turn_detection.isChecked(), "longest_pause_ms": self.longest_pause.value(),
             "silence_ms": self.silence.value(), "echo_cancellation": self.echo.isChecked(),
+            "global_talk_key": self.global_key.keySequence().toString(QKeySequence.SequenceFormat.PortableText),
             "system_prompt": self.prompt.toPlainText().strip(),
             "device": self.device.currentData(), "theme": self.theme.currentData(),
             **{key: edit.text().strip() for key, edit in self.model_paths.items()},

@@ -1,5 +1,6 @@
 """The settings dialog on real widgets: offers the loaded model's voices, saves to Settings, cancels cleanly."""
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
 from app.settings_dialog import SettingsDialog
@@ -34,11 +35,16 @@ def test_saving_writes_every_choice_to_the_settings(qtbot, settings):
     dialog.model_paths["llm_model"].setText("/models/other.gguf")
     choose(dialog.device, "cpu")
     choose(dialog.theme, "dark")
+    assert dialog.global_key.keySequence().toString() == "Ctrl+Alt+Space"  # the default
+    dialog.global_key.clear()
+    qtbot.keyClick(dialog.global_key, Qt.Key.Key_F9, Qt.KeyboardModifier.ControlModifier
+                   | Qt.KeyboardModifier.ShiftModifier)
     with qtbot.waitSignal(dialog.saved):
         dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Save).click()
 
     assert (settings.speaker, settings.language, settings.listen_mode, settings.silence_ms) == \
         ("ryan", "german", "push-to-talk", 1100)
+    assert settings.global_talk_key == "Ctrl+Shift+F9"
     assert settings.system_prompt == "Answer in one sentence." and settings.llm_model == "/models/other.gguf"
     assert (settings.device, settings.theme) == ("cpu", "dark")
     assert settings.echo_cancellation is False
