@@ -15,6 +15,12 @@ rarely emit EOS), so the work per frame is the real model's. PulseAudio's null s
 clock (~50-75% of real time here): the user's speech and the silence window take longer in wall time
 than in audio time, which inflates voice-to-voice; STT, TTFT, TTFC and RTF are unaffected.
 
+--app runs the same turns through the desktop app instead of a bare loop: the main window (on Qt's offscreen
+platform) with its worker thread and the Assistant, on the app's settings but for the models, the device, a fixed
+--silence-ms window and the same LLM options; the window shows every event as it does for a user (the live
+transcript, the growing reply, the meter). Beside a bare loop with --partials (the app's live transcript) and one
+without (as `parley chat`), it tells where the app's time goes.
+
 --audio virtual is for machines with neither a sound server nor PortAudio (the GPU machine): a software
 sound card (bench/virtual_audio.py) takes sounddevice's place, and its clock threads call the real
 Player's and Microphone's callbacks once a period at wall-clock pace; the user's line goes into the
@@ -25,6 +31,7 @@ espeak-ng wrote there earlier: --voices-only renders them and stops), so espeak-
 they are rendered. bench/gpu_voice_loop.sh runs it so on the GPU machine.
 
     python bench/voice_loop.py                      # CPU, tiny checkpoint
+    python bench/voice_loop.py --app                # the same through the desktop app
     python bench/voice_loop.py --device cuda --size 0.6b
     python bench/voice_loop.py --voices DIR --voices-only && python bench/voice_loop.py --audio virtual --voices DIR
 Needs the Debian packages pulseaudio, pulseaudio-utils, libasound2-plugins and espeak-ng (.ci/run), or
@@ -206,10 +213,14 @@ def main(argv=None) -> int:
     parser.add_argument("--whisper", help="a CTranslate2 Whisper folder (default: the bundled base)")
     parser.add_argument("--partials", action="store_true",
                         help="transcribe the utterance while it is spoken too, as the app does for its live transcript")
+    parser.add_argument("--app", action="store_true",
+                        help="through the desktop app (main window offscreen, its worker, the Assistant)")
     parser.add_argument("--json", help="also write the figures (p50/p95 per figure) to this JSON file")
     args = parser.parse_args(argv)
     if args.voices_only and not args.voices:
         parser.error("--voices-only needs --voices")
+    if args.app and (args.audio != "pulse" or args.partials):
+        parser.error("--app takes the app's own live transcript and needs --audio pulse")
 
     work = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     voices = Path(args.voices) if args.voices else work
@@ -222,7 +233,7 @@ def main(argv=None) -> int:
     # before sounddevice is imported: PortAudio lists devices once
     audio = Pulse() if args.audio == "pulse" else VirtualAudio()
     try:
-        return run(args, audio, work, voices)
+        return (run_app if args.app else run)(args, audio, work, voices)
     finally:
         audio.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -299,6 +310,11 @@ def run(args, audio, work: Path, voices_dir: Path) -> int:
              f"Whisper {transcriber.path.name} on {transcriber.device} ({transcriber.compute_type}), "
              f"LLM {chat.model_path.name} with {chat.n_gpu_layers} GPU layers, silence window {args.silence_ms} ms, "
              f"partials {'on' if args.partials else 'off'}")
+    return report(args, summary, scored, failed, setup)
+
+
+def report(args, summary, scored: int, failed: int, setup: str) -> int:
+    """Prints the table (and writes --json); the exit status."""
     print(f"\n{scored} scored turns ({failed} failed), {setup}\n")
     print("| figure | p50 | p95 | turns |")
     print("|---|---|---|---|")
@@ -319,6 +335,90 @@ def run(args, audio, work: Path, voices_dir: Path) -> int:
             "figures": {name: {"p50": f.p50, "p95": f.p95, "turns": f.count} for name, f in summary.items()},
         }, indent=1) + "\n")
     return 0 if failed == 0 else 1
+
+
+def run_app(args, audio, work: Path, voices_dir: Path) -> int:
+    """The turns through the desktop app: its window (offscreen), worker and Assistant, on the app's settings."""
+    os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    import threading
+
+    from PySide6.QtCore import QSettings, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.main_window import MainWindow
+    from app.settings import Settings
+    from engine.events import Figures, Ready, TurnFailed
+    from engine.llm.chat import ChatOptions
+    from engine.metrics import MetricsRecorder
+
+    qt = QApplication([])
+    settings = Settings(QSettings(str(work / "parley.ini"), QSettings.Format.IniFormat))
+    settings.tts_model = str(Path(args.model) if args.model else random_checkpoint(work, args.size, args.max_frames))
+    settings.stt_model = args.whisper or ""
+    settings.device = args.device
+    settings.listen_mode = "hands-free"
+    settings.turn_detection = False  # the bare loop's fixed window, so that the two compare
+    settings.silence_ms = args.silence_ms
+    window = MainWindow(settings, history_file=work / "history.sqlite3", chat_options=ChatOptions(
+        n_ctx=2048, max_tokens=48, temperature=0.0, n_threads=args.llm_threads,
+        n_gpu_layers=None if args.device == "cuda" else 0))
+    events: queue.SimpleQueue = queue.SimpleQueue()
+    # a plain function: called on the worker's thread as it emits, not queued behind the window's work
+    window.worker.event.connect(lambda e: events.put(e) if isinstance(e, Ready | Figures | TurnFailed) else None)
+    lines = [WARM_UP] + SCRIPT[: args.turns]
+    voices = [speech(line, voices_dir) for line in lines]
+    recorder, outcome = MetricsRecorder(), {"failed": 0, "info": None, "error": None}
+
+    def drive() -> None:
+        try:
+            outcome["info"] = wait_for(events, Ready, args.timeout_s).info
+            for i, voice in enumerate(voices):
+                audio.play(voice).wait()
+                event = wait_for(events, Figures | TurnFailed, args.timeout_s)
+                if isinstance(event, TurnFailed):
+                    outcome["failed"] += i > 0
+                    print(f"turn {i} ({lines[i]!r}) failed: {event.message}", file=sys.stderr)
+                elif i > 0:  # the warm-up turn is not scored
+                    recorder.record(event.metrics)
+                print(f"turn {i}: done", file=sys.stderr)
+        except Exception as e:  # reported once the window has closed
+            outcome["error"] = e
+
+    t0 = time.perf_counter()
+    window.show()
+    window.start_engine()
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    def close_when_done() -> None:
+        if not driver.is_alive():
+            window.close()
+            qt.quit()
+
+    poll = QTimer(interval=100)
+    poll.timeout.connect(close_when_done)
+    poll.start()
+    qt.exec()
+    if outcome["error"] is not None:
+        print(f"stopped: {outcome['error']}", file=sys.stderr)
+        return 1
+    info = outcome["info"]
+    print(f"app loaded and ran in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    setup = (f"{platform.machine()} with {os.cpu_count()} CPU cores, --app (the desktop app, offscreen), --device "
+             f"{args.device}, TTS {info.tts_model.name} on {info.device}, Whisper {info.stt_model.name}, LLM "
+             f"{info.llm_model.name}, silence window {args.silence_ms} ms, live transcript on")
+    return report(args, recorder.summary(), recorder.turns, outcome["failed"], setup)
+
+
+def wait_for(events: queue.SimpleQueue, kind, timeout_s: float):
+    """The next event of `kind` (a class or a union of them) within timeout_s; TimeoutError otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            event = events.get(timeout=max(deadline - time.monotonic(), 0.001))
+        except queue.Empty:
+            raise TimeoutError(f"no {kind} within {timeout_s:.0f} s") from None
+        if isinstance(event, kind):
+            return event
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Early transcription: hands-free, a turn's audio is complete some silence_ms - tail_ms before the silence window
 ends it (engine/stt/vad.py Endpointer.ending_turn); transcribed in that time, its text is ready when the turn is,
 and the window costs no STT time. Partials: while the user speaks, the utterance so far is transcribed again every
-VoiceOptions.partial_interval_ms of new speech, quickly (in the language last heard), for the window to show.
+VoiceOptions.partial_interval_ms of new speech (or, where Whisper is slow, after a rest as long as the last one
+took), quickly (in the language last heard), for the window to show.
 Each runs on a thread of its own; Whisper is not thread-safe, so one lock (`whisper`) is held by whoever
 transcribes: these threads, or the turn itself, which comes first (a partial is skipped while it waits).
 """
@@ -115,11 +116,14 @@ class TranscribingAhead:
             if not self.whisper.acquire(blocking=False):
                 continue  # a turn is being transcribed: its final text comes soon anyway
             try:
-                text = self._transcriber.transcribe(audio, quick=True).text
+                transcript = self._transcriber.transcribe(audio, quick=True)
             except Exception:
                 log.exception("a partial transcript failed")
                 continue
             finally:
                 self.whisper.release()
-            if text:
-                self._on_partial(utterance, text)
+            if transcript.text:
+                self._on_partial(utterance, transcript.text)
+            # Whisper is free at least half the time: when the user stops, the turn's transcription seldom waits
+            # for a partial, and never for long (on a slow CPU, partials come less often than partial_interval_ms)
+            self._closing.wait(transcript.elapsed_s)
