@@ -70,6 +70,9 @@ class ChatView(QScrollArea):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("chatView")
+        self.setAccessibleName("Conversation")
+        self.setAccessibleDescription("Your turns and Parley's replies, newest last; the part of a reply being "
+                                      "spoken is highlighted")
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._column = QWidget(objectName="chatColumn")

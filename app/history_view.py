@@ -56,10 +56,10 @@ class HistoryView(QWidget):
         self.setObjectName("historyView")
         self.setWindowTitle("History — Parley")
         self.filter = QLineEdit(objectName="historyFilter", placeholderText="Search conversations",
-                                clearButtonEnabled=True)
-        self.list = QListWidget(objectName="historyList")
+                                clearButtonEnabled=True, accessibleName="Search conversations")
+        self.list = QListWidget(objectName="historyList", accessibleName="Conversations")
         self.list.setWordWrap(True)
-        self.preview = QPlainTextEdit(objectName="historyPreview", readOnly=True)
+        self.preview = QPlainTextEdit(objectName="historyPreview", readOnly=True, accessibleName="The conversation")
         self.preview.setPlaceholderText("Select a conversation to read it here.")
         self.empty = QLabel("No conversations yet. What you and Parley say is kept here, on this computer only.",
                             objectName="historyDetail", wordWrap=True, alignment=Qt.AlignmentFlag.AlignCenter)
@@ -84,6 +84,9 @@ class HistoryView(QWidget):
         buttons.addStretch(1)
         buttons.addWidget(self.export_button)
         buttons.addWidget(self.open_button)
+        close = QPushButton("Close", objectName="historyClose")
+        close.clicked.connect(self.close)
+        buttons.addWidget(close)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(16, 16, 16, 16)
         layout.addWidget(QLabel("History", objectName="headline"))

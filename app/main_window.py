@@ -9,7 +9,7 @@ text as typed, Esc stops, Ctrl+M mutes, Ctrl+, opens the settings, Ctrl+H the hi
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QThread, QTimer, Signal
-from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QApplication,
@@ -20,9 +20,11 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMainWindow,
+    QMenu,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QSystemTrayIcon,
     QTextEdit,
     QVBoxLayout,
     QWidget,
@@ -68,6 +70,9 @@ class MessageBox(QPlainTextEdit):
         super().__init__(parent)
         self.setObjectName("messageBox")
         self.setPlaceholderText("Type to Parley — Enter sends, Ctrl+Enter speaks it as written")
+        self.setAccessibleName("Message to Parley")
+        self.setAccessibleDescription("Enter asks Parley, Ctrl+Enter has Parley say it as written, Shift+Enter "
+                                      "starts a new line; Space talks while the box is empty")
         self.setTabChangesFocus(True)
         self.setFixedHeight(64)
 
@@ -157,8 +162,12 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Parley")
         self.resize(960, 640)
         self.setMinimumHeight(480)  # below this the conversation shows barely two bubbles
+        self._quitting = False  # Quit was chosen: closing the window ends Parley even with close_to_tray
+        self._told_tray = False  # the tray said once that Parley runs on there
         self._build()
         self._build_menus()
+        self.tray = self._build_tray()
+        self.restoreGeometry(settings.window_geometry)  # where the user left it (Qt keeps it on a screen)
 
         self._thread = QThread(self)
         self.worker = EngineWorker()
@@ -180,6 +189,8 @@ class MainWindow(QMainWindow):
         self.talk_button = QPushButton("Hold to talk", objectName="talkButton")
         self.talk_button.setMinimumHeight(56)
         self.talk_button.setToolTip("Hold the button, or hold Space (Ctrl+Space while typing), while you speak")
+        self.talk_button.setAccessibleDescription("Push-to-talk: hold it, or Space, while you speak. Hands-free, it "
+                                                  "says what Parley is doing")
         self.talk_button.pressed.connect(self._talk_down)
         self.talk_button.released.connect(self._talk_up)
         self.hands_free = QCheckBox("Hands-free", objectName="handsFree")
@@ -228,7 +239,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         self.state_label = QLabel(objectName="stateLabel")
-        self.load_bar = QProgressBar(objectName="loadBar")
+        self.load_bar = QProgressBar(objectName="loadBar", accessibleName="Loading the models")
         self.load_bar.setMaximumWidth(220)
         self.load_bar.hide()
         self.statusBar().addWidget(self.state_label, 1)
@@ -253,12 +264,46 @@ class MainWindow(QMainWindow):
         self.mute_action = action(conversation, "&Mute microphone", self.mute_button.setChecked, "Ctrl+M", True)
         self.mute_button.toggled.connect(self.mute_action.setChecked)
         conversation.addSeparator()
-        action(conversation, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+        self.quit_action = action(conversation, "&Quit", self.quit, QKeySequence.StandardKey.Quit)
         tools = self.menuBar().addMenu("&Settings")
         self.settings_action = action(tools, "&Settings…", self.open_settings, "Ctrl+,")
         self.models_action = action(tools, "&Models…", self.open_models)
         help_menu = self.menuBar().addMenu("&Help")
         self.about_action = action(help_menu, "&About Parley / Privacy", self.open_about, "F1")
+
+    def _build_tray(self) -> QSystemTrayIcon | None:
+        """The tray icon, where the desktop has a tray: a click shows or hides the window; its menu too, and mutes
+        and quits. None where there is no tray."""
+        if not QSystemTrayIcon.isSystemTrayAvailable():
+            return None
+        from app.style import app_icon
+
+        tray = QSystemTrayIcon(app_icon(), self, toolTip="Parley")
+        menu = QMenu(self)
+        self.show_action = menu.addAction("Hide Parley", self._toggle_shown)
+        menu.aboutToShow.connect(lambda: self.show_action.setText("Hide Parley" if self.isVisible() else
+                                                                  "Show Parley"))
+        menu.addAction(self.mute_action)
+        menu.addSeparator()
+        menu.addAction(self.quit_action)
+        tray.setContextMenu(menu)
+        tray.activated.connect(lambda reason: self._toggle_shown()
+                               if reason == QSystemTrayIcon.ActivationReason.Trigger else None)
+        tray.show()
+        return tray
+
+    def _toggle_shown(self) -> None:
+        if self.isVisible() and self.isActiveWindow():
+            self.hide()
+        else:
+            self.showNormal()
+            self.raise_()
+            self.activateWindow()
+
+    def quit(self) -> None:
+        """Ends Parley, also where closing the window would leave it in the tray."""
+        self._quitting = True
+        self.close()
 
     def _connect_worker(self) -> None:
         w = self.worker
@@ -482,13 +527,11 @@ class MainWindow(QMainWindow):
 
         if self.models_page is None:
             self.models_page = ModelsPage(self.settings.store, self)
-            self.models_page.setWindowFlag(Qt.WindowType.Window)
-            self.models_page.resize(720, 520)
             self.models_page.modelsChanged.connect(self._models_changed)
+            self._present(self.models_page, 760, 640)
         else:
             self.models_page.refresh()
-        self.models_page.show()
-        self.models_page.raise_()
+            self._present(self.models_page)
         return self.models_page
 
     def _models_changed(self) -> None:
@@ -509,12 +552,11 @@ class MainWindow(QMainWindow):
                 self.show_problem(problem_for(e, "opening the history"))
                 return None
             self.history_view = HistoryView(store, self)
-            self.history_view.setWindowFlag(Qt.WindowType.Window)  # its own window, closed with this one
-            self.history_view.resize(720, 480)
             self.history_view.reopen.connect(self._reopen)
             self.history_view.deleted.connect(self._deleted)
-        self.history_view.show()
-        self.history_view.raise_()
+            self._present(self.history_view, 720, 480)
+        else:
+            self._present(self.history_view)
         return self.history_view
 
     def _reopen(self, conversation_id: int) -> None:
@@ -541,14 +583,33 @@ class MainWindow(QMainWindow):
 
         if self.about_page is None:
             self.about_page = AboutPage(self.settings.store, self._history_path(), self)
-            self.about_page.setWindowFlag(Qt.WindowType.Window)
-            self.about_page.resize(760, 620)
             self.about_page.delete_history.connect(self._delete_history)
+            self._present(self.about_page, 760, 620)
         else:
             self.about_page.refresh()
-        self.about_page.show()
-        self.about_page.raise_()
+            self._present(self.about_page)
         return self.about_page
+
+    def _present(self, page: QWidget, width: int = 0, height: int = 0) -> None:
+        """Shows a window of this one's (Models, History, About), made the first time (a width is given): its own
+        window, closed with this one and by Esc or Ctrl+W, centred on this one and kept on its screen."""
+        if width:
+            page.setWindowFlag(Qt.WindowType.Window)
+            closing = QShortcut(page)
+            closing.activated.connect(page.close)
+            # the platform's Close (Ctrl+F4 on some) and Ctrl+W everywhere, each once: a key bound twice is ambiguous
+            keys = [QKeySequence(Qt.Key.Key_Escape), QKeySequence("Ctrl+W")]
+            keys += [k for k in QKeySequence.keyBindings(QKeySequence.StandardKey.Close) if k not in keys]
+            closing.setKeys(keys)
+            screen = self.screen().availableGeometry()
+            page.resize(min(width, screen.width()), min(height, screen.height()))
+            frame = page.frameGeometry()
+            frame.moveCenter(self.frameGeometry().center())
+            page.move(max(screen.left(), min(frame.left(), screen.right() - frame.width())),
+                      max(screen.top(), min(frame.top(), screen.bottom() - frame.height())))
+        page.show()
+        page.raise_()
+        page.activateWindow()
 
     def _history_path(self):
         from engine.history import history_path
@@ -694,10 +755,22 @@ class MainWindow(QMainWindow):
         return not (isinstance(watched, typing) or (isinstance(watched, QComboBox) and watched.isEditable()))
 
     def closeEvent(self, event) -> None:
-        """Stop the engine (the loop's threads, the devices), then the worker's thread."""
+        """Into the tray, where the settings say so; else stop the engine (the loop's threads, the devices), then
+        the worker's thread."""
+        if self.tray is not None and self.settings.close_to_tray and not self._quitting:
+            event.ignore()
+            self.hide()
+            if not self._told_tray:  # once a session: the user knows from then on
+                self._told_tray = True
+                self.tray.showMessage("Parley is still running", "It listens here in the tray; Quit in its menu "
+                                      "ends it.", QSystemTrayIcon.MessageIcon.Information, 4000)
+            return
         QApplication.instance().removeEventFilter(self)
         self._release_global_key()
+        self.settings.window_geometry = self.saveGeometry()
         self.hide()
+        if self.tray is not None:
+            self.tray.hide()
         if self._thread.isRunning():
             # a local event loop, so the worker's last queued signals are still delivered meanwhile
             waiting = QEventLoop()

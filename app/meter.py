@@ -17,27 +17,12 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-# (figure in engine/metrics.py, label, unit); the order they are shown in
-SHOWN = (
-    ("tts_ttfc_ms", "TTFC", "ms"),
-    ("tts_rtf", "RTF", ""),
-    ("stt_ms", "STT", "ms"),
-    ("llm_ttft_ms", "LLM first token", "ms"),
-    ("voice_to_voice_ms", "Voice to voice", "ms"),
-)
-UNITS = {name: unit for name, _, unit in SHOWN}
+from engine.metrics import LABELS, format_figure
+
+SHOWN = ("tts_ttfc_ms", "tts_rtf", "stt_ms", "llm_ttft_ms", "voice_to_voice_ms")  # engine/metrics.py's, in order
 CHARTED = ("voice_to_voice_ms", "tts_ttfc_ms")  # the chart's lines, in this order
 CHART_TURNS = 30
 LEVEL_FLOOR_DBFS = -60.0  # the level bar's empty end; speech sits around -30..-10 dBFS
-
-
-def format_figure(value: float | None, unit: str) -> str:
-    """'182 ms', '0.42', or '–' for a figure the turn did not measure."""
-    if value is None or not math.isfinite(value):
-        return "–"
-    if unit == "ms":
-        return f"{value:.0f} ms"
-    return f"{value:.2f}"
 
 
 class LevelMeter(QWidget):
@@ -46,6 +31,8 @@ class LevelMeter(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("levelMeter")
+        self.setAccessibleName("Microphone level")
+        self.setAccessibleDescription("How loud the microphone hears you, from silent to full")
         self.rms_dbfs = -math.inf
         self.setMinimumHeight(10)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
@@ -105,7 +92,7 @@ class RollingChart(QWidget):
         area = QRectF(self.rect()).adjusted(4, 4, -4, -4)
         step = area.width() / max(CHART_TURNS - 1, 1)
         painter.setPen(colors.color(QPalette.ColorRole.PlaceholderText))
-        painter.drawText(area, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop, format_figure(top, "ms"))
+        painter.drawText(area, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop, f"{top:.0f} ms")
         accent = QColor(colors.color(QPalette.ColorRole.Highlight))
         for name, dash in zip(CHARTED, (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine)):
             path, drawing, points = QPainterPath(), False, []
@@ -150,8 +137,8 @@ class LatencyMeter(QWidget):
             label.setAlignment(Qt.AlignmentFlag.AlignRight if column else Qt.AlignmentFlag.AlignLeft)
             grid.addWidget(label, 0, column)
         self.values: dict[str, tuple[QLabel, QLabel, QLabel]] = {}
-        for row, (name, title, unit) in enumerate(SHOWN, start=1):
-            grid.addWidget(QLabel(title), row, 0)
+        for row, name in enumerate(SHOWN, start=1):
+            grid.addWidget(QLabel(LABELS[name]), row, 0)
             cells = tuple(QLabel("–", objectName="meterValue") for _ in range(3))
             for column, cell in enumerate(cells, start=1):
                 cell.setAlignment(Qt.AlignmentFlag.AlignRight)
@@ -181,17 +168,17 @@ class LatencyMeter(QWidget):
                 last.setText("–")
             self.turns.setText(f"turn {turn + 1} under way; p50/p95 over {self.counted} turns")
         if name in self.values:
-            self.values[name][0].setText(format_figure(value, UNITS[name]))
+            self.values[name][0].setText(format_figure(name, value))
 
     def show_turn(self, metrics, summary: Mapping) -> None:
         """One turn's figures (engine/metrics.py TurnMetrics) and the rolling p50/p95 over the window."""
         figures = metrics.as_dict()
-        for name, title, unit in SHOWN:
+        for name in SHOWN:
             last, p50, p95 = self.values[name]
-            last.setText(format_figure(figures.get(name), unit))
+            last.setText(format_figure(name, figures.get(name)))
             figure = summary.get(name)
-            p50.setText(format_figure(figure.p50 if figure else None, unit))
-            p95.setText(format_figure(figure.p95 if figure else None, unit))
+            p50.setText(format_figure(name, figure.p50 if figure else None))
+            p95.setText(format_figure(name, figure.p95 if figure else None))
         self.chart.add_turn(figures)
         self.running = metrics.turn
         self.counted = max((f.count for f in summary.values()), default=0)

@@ -126,12 +126,13 @@ class ModelRow(QFrame):
         self.state = QLabel(objectName="modelState")
         self.where = QLabel(objectName="modelWhere", wordWrap=True)
         self.where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.choose_button = QPushButton("Choose…", objectName="chooseButton")
+        self.choose_button = QPushButton("Choose…", objectName="chooseButton",
+                                         accessibleName=f"Choose the {kind.title} on this computer")
         self.auto_button = QPushButton("Find automatically", objectName="autoButton")
         self.download_button = QPushButton(f"Download ({kind.size})", objectName="downloadButton")
         self.download_button.setToolTip(f"{kind.repo_id} from the Hugging Face hub into {kind.download_folder()}")
         self.cancel_button = QPushButton("Cancel", objectName="cancelButton")
-        self.bar = QProgressBar(objectName="downloadBar")
+        self.bar = QProgressBar(objectName="downloadBar", accessibleName=f"{kind.title}: download progress")
         self.bar.setRange(0, 1000)  # per mille: QProgressBar is int-based and models pass 2**31 bytes
         self.bar_text = QLabel(objectName="modelWhere")
         self.offline = QLabel(objectName="offlineHelp", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
@@ -240,6 +241,12 @@ class ModelsPage(QWidget):
             row.download_button.clicked.connect(lambda _=False, n=name: self.start_download(n))
             row.cancel_button.clicked.connect(lambda _=False, n=name: self.cancel_download(n))
         layout.addStretch(1)
+        close = QPushButton("Close", objectName="modelsClose")
+        close.clicked.connect(self.close)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(close)
+        layout.addLayout(buttons)
         # a page closed mid-download stops its transfers (what they fetched is kept for next time)
         events = self.downloads
         self.destroyed.connect(lambda *_: [d.cancel.set() for d in events.values()])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QByteArray, QSettings
 
 from app.global_key import DEFAULT_KEY
 from engine.settings import SETTINGS, AssistantConfig, Setting, settings_path
@@ -55,6 +55,8 @@ class Settings:
     """
 
     theme = _Value(Setting("ui/theme", "theme", "system", THEMES))
+    # closing the window leaves Parley running in the tray (where the desktop has one)
+    close_to_tray = _Value(Setting("ui/close_to_tray", "close_to_tray", False))
     # push-to-talk from any app (app/global_key.py), as Qt writes a shortcut; "" for none
     global_talk_key = _Value(Setting("ui/global_talk_key", "global_talk_key", DEFAULT_KEY))
     # the last reason shown for speech running without the megakernel: a lasting one is told once, not every start
@@ -62,6 +64,16 @@ class Settings:
 
     def __init__(self, store: QSettings | None = None):
         self.store = store if store is not None else QSettings(str(settings_path()), QSettings.Format.IniFormat)
+
+    @property
+    def window_geometry(self) -> QByteArray:
+        """The main window's size and place when it last closed (QWidget.saveGeometry()); empty before."""
+        value = self.store.value("ui/window_geometry")
+        return value if isinstance(value, QByteArray) else QByteArray()
+
+    @window_geometry.setter
+    def window_geometry(self, geometry: QByteArray) -> None:
+        self.store.setValue("ui/window_geometry", geometry)
 
     def sync(self) -> None:
         """Write pending changes to disk now (QSettings otherwise writes them a little later)."""

@@ -58,7 +58,7 @@ class SettingsDialog(QDialog):
         self.settings = settings
         self._global_key_problem = global_key_problem
         self.setObjectName("settingsDialog")
-        self.setWindowTitle("Parley settings")
+        self.setWindowTitle("Settings — Parley")
         tabs = QTabWidget()
         tabs.addTab(self._voice_tab(info), "Voice")
         tabs.addTab(self._listening_tab(), "Listening")
@@ -87,7 +87,8 @@ class SettingsDialog(QDialog):
         self.language = QComboBox(objectName="language")
         self.language.addItem("Automatic", "auto")
         for name in info.languages if info else ():
-            self.language.addItem(name.capitalize(), name)
+            if name != "auto":  # the model's own "auto" is the first item's
+                self.language.addItem(name.capitalize(), name)
         self._select(self.language, s.language)
         self.style = QLineEdit(s.style, objectName="speakingStyle", clearButtonEnabled=True)
         self.style_note = QLabel(objectName="hint", wordWrap=True)
@@ -162,7 +163,8 @@ class SettingsDialog(QDialog):
     def _assistant_tab(self) -> QWidget:
         from engine.llm.chat import DEFAULT_SYSTEM_PROMPT
 
-        self.prompt = QPlainTextEdit(self.settings.system_prompt, objectName="systemPrompt")
+        self.prompt = QPlainTextEdit(self.settings.system_prompt, objectName="systemPrompt",
+                                     accessibleName="System prompt")
         self.prompt.setPlaceholderText(DEFAULT_SYSTEM_PROMPT)
         form = QFormLayout()
         form.addRow(QLabel("System prompt (empty: Parley's own)"))
@@ -176,9 +178,9 @@ class SettingsDialog(QDialog):
         for key, title, folder in (("tts_model", "Speech model (folder)", True),
                                    ("stt_model", "Speech recognition (folder)", True),
                                    ("llm_model", "Language model (GGUF file)", False)):
-            edit = QLineEdit(getattr(s, key), objectName=key)
+            edit = QLineEdit(getattr(s, key), objectName=key, accessibleName=title)
             edit.setPlaceholderText("found automatically")
-            browse = QPushButton("Choose…")
+            browse = QPushButton("Choose…", accessibleName=f"Choose the {title.split(' (')[0].lower()}")
             browse.clicked.connect(lambda _=False, e=edit, f=folder, t=title: self._browse(e, f, t))
             row = QHBoxLayout()
             row.addWidget(edit, 1)
@@ -193,8 +195,13 @@ class SettingsDialog(QDialog):
         for theme in THEMES:
             self.theme.addItem({"system": "As the system", "light": "Light", "dark": "Dark"}[theme], theme)
         self._select(self.theme, s.theme)
+        self.close_to_tray = QCheckBox("Keep running in the tray when the window is closed", objectName="closeToTray",
+                                       checked=s.close_to_tray)
+        self.close_to_tray.setToolTip("Parley stays in the tray (it listens, and the talk key works); "
+                                      "Quit in its menu ends it")
         form.addRow("Run on", self.device)
         form.addRow("Appearance", self.theme)
+        form.addRow("", self.close_to_tray)
         return self._page(form)
 
     # -- saving --------------------------------------------------------------------------------------------
@@ -211,6 +218,7 @@ class SettingsDialog(QDialog):
             "global_talk_key": self.global_key.keySequence().toString(QKeySequence.SequenceFormat.PortableText),
             "system_prompt": self.prompt.toPlainText().strip(),
             "device": self.device.currentData(), "theme": self.theme.currentData(),
+            "close_to_tray": self.close_to_tray.isChecked(),
             **{key: edit.text().strip() for key, edit in self.model_paths.items()},
         }
         for name, value in values.items():

@@ -35,12 +35,12 @@ def colors(scheme: str) -> dict[str, str]:
 
 
 def style_sheet(scheme: str) -> str:
-    """assets/style.qss with every @name replaced by its colour in `scheme`.
+    """assets/style.qss with every @name replaced by its colour in `scheme`, and @assets by the assets folder.
 
     Raises:
         KeyError: the sheet names a colour themes.json lacks (the tests catch it, never a user).
     """
-    named = colors(scheme)
+    named = {**colors(scheme), "assets": ASSETS.as_posix()}
     return _TOKEN.sub(lambda m: named[m[1]], (ASSETS / "style.qss").read_text(encoding="utf-8"))
 
 

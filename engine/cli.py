@@ -234,10 +234,11 @@ def _chat(args) -> int:
 
 
 def _figures(metrics) -> str:
-    from engine.metrics import FIGURES
+    from engine.metrics import FIGURES, LABELS, format_figure
 
     figures = metrics.as_dict()
-    return "  [" + ", ".join(f"{name} {figures[name]:.3g}" for name in FIGURES if name in figures) + "]"
+    return "  [" + ", ".join(f"{LABELS[name]} {format_figure(name, figures[name])}" for name in FIGURES
+                             if name in figures) + "]"
 
 
 class _Printer:

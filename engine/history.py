@@ -422,15 +422,17 @@ class HistoryStore:
         return Conversation(*head[0], turns=tuple(turns))
 
     def export_text(self, conversation_id: int) -> str:
-        """A conversation as plain text: a title line, then one "You:" / "Parley:" paragraph per turn."""
+        """A conversation as plain text: a title line, when it began (local time), then one "You:" / "Parley:"
+        paragraph per turn; an interrupted reply says how much of it was heard."""
         conv = self.open_conversation(conversation_id)
         names = {"system": "System", "user": "You", "assistant": "Parley"}
-        lines = [conv.title or f"Conversation {conv.id}", _iso(conv.created_at), ""]
+        began = datetime.fromtimestamp(conv.created_at)
+        lines = [conv.title or f"Conversation {conv.id}", f"{began.day} {began:%b %Y, %H:%M}", ""]
         for t in conv.turns:
             line = f"{names[t.role]}: {t.text}"
             if t.interrupted:
-                heard = t.heard_text if t.heard_text is not None else ""
-                line += f"\n  [interrupted; heard: {heard!r}]"
+                line += (f"\n  [interrupted; heard up to: “{t.heard_text}”]" if t.heard_text else
+                         "\n  [interrupted before any of it was heard]")
             lines += [line, ""]
         return "\n".join(lines)
 

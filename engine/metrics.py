@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, fields
 
 from engine.subscribers import Subscribers
 
-__all__ = ["FIGURES", "Figure", "MetricsRecorder", "TurnMetrics", "percentile"]
+__all__ = ["FIGURES", "LABELS", "Figure", "MetricsRecorder", "TurnMetrics", "format_figure", "percentile"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,20 @@ class TurnMetrics:
 FIGURES: tuple[str, ...] = tuple(f.name for f in fields(TurnMetrics)
                                  if f.name not in ("turn", "interrupted", "early_reply"))
 """The names of the figures that have percentiles, in display order."""
+
+LABELS = {"stt_ms": "STT", "llm_ttft_ms": "LLM first token", "llm_first_clause_ms": "LLM first clause",
+          "tts_ttfc_ms": "TTFC", "tts_rtf": "RTF", "voice_to_voice_ms": "Voice to voice", "underruns": "Underruns"}
+"""What the user reads for each figure (the app's meter, `parley chat`)."""
+
+
+def format_figure(name: str, value: float | None) -> str:
+    """The figure `name` as the user reads it: '182 ms', '0.42' (RTF), '3' (underruns), or '–' where the turn did
+    not measure it."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    if name.endswith("_ms"):
+        return f"{value:.0f} ms"
+    return f"{value:.0f}" if name == "underruns" else f"{value:.2f}"
 
 
 @dataclass(frozen=True)

@@ -114,14 +114,19 @@ def test_search_finds_every_word_in_the_title_or_any_turn_in_any_case(store):
 
 
 def test_export_text_reads_as_a_transcript(store):
-    """The text export has the title, then You/Parley lines, marking the interrupted reply."""
+    """The text export has the title and when it began, as a person writes it, then You/Parley lines, marking the
+    interrupted reply with what of it was heard."""
     text = store.export_text(_conversation(store))
     lines = text.splitlines()
     assert lines[0] == "What is the capital of France?"
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", lines[1])  # when it started, UTC
+    assert re.fullmatch(r"\d{1,2} [A-Z][a-z]{2} \d{4}, \d\d:\d\d", lines[1])  # "5 Dec 2026, 05:22", local time
     assert "You: What is the  capital of France?" in lines
     assert "Parley: Paris is the capital. It has many museums." in lines
-    assert "  [interrupted; heard: 'Paris is the capital.']" in lines
+    assert "  [interrupted; heard up to: “Paris is the capital.”]" in lines
+    cid = store.new_conversation()
+    store.add_turn(cid, Turn("user", "Tell me a story."))
+    store.add_turn(cid, Turn("assistant", "Once upon a time", heard_text="", interrupted=True))
+    assert "  [interrupted before any of it was heard]" in store.export_text(cid).splitlines()
 
 
 def test_export_json_has_every_field(store):

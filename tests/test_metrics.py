@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from engine.metrics import FIGURES, MetricsRecorder, TurnMetrics, percentile
+from engine.metrics import FIGURES, LABELS, MetricsRecorder, TurnMetrics, format_figure, percentile
 
 
 def test_percentiles_interpolate_between_ranks_like_numpy():
@@ -94,3 +94,12 @@ def test_as_dict_holds_the_measured_figures_by_name():
     assert metrics.as_dict() == {"llm_ttft_ms": 12.5, "underruns": 2.0}
     assert set(FIGURES) == {"stt_ms", "llm_ttft_ms", "llm_first_clause_ms", "tts_ttfc_ms", "tts_rtf",
                             "voice_to_voice_ms", "underruns"}
+
+
+def test_each_figure_reads_as_a_person_writes_it_and_one_not_measured_as_a_dash():
+    """Milliseconds whole with their unit (never 1.41e+03), RTF to two places, underruns as a count; None or a
+    non-finite figure reads as '–', never as 0 or 'nan'. Every figure has a label."""
+    assert format_figure("stt_ms", None) == format_figure("tts_rtf", math.inf) == "–"
+    assert format_figure("voice_to_voice_ms", 1410.4) == "1410 ms" and format_figure("tts_rtf", 0.2071) == "0.21"
+    assert format_figure("underruns", 3.0) == "3"
+    assert set(LABELS) == set(FIGURES)

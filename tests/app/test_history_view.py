@@ -42,7 +42,7 @@ def test_lists_conversations_newest_first_with_turn_counts_and_previews_the_sele
     assert rows[0].startswith("Tell me a story about a fox\n") and rows[0].endswith("· 3 turns")
     assert rows[1].startswith("What is the capital of France?\n") and rows[1].endswith("· 2 turns")
     assert view.preview.toPlainText() == store.export_text(view.selected_id())
-    assert "[interrupted; heard: 'Once upon']" in view.preview.toPlainText()
+    assert "[interrupted; heard up to: “Once upon”]" in view.preview.toPlainText()
 
 
 def test_open_and_double_click_emit_reopen_with_the_conversation_id(view, qtbot, store):

@@ -5,7 +5,7 @@ the window on the real engine); the events are emitted through its signal as the
 import pytest
 from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QKeyEvent
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QPushButton
 
 from app.main_window import STATE_TEXT, MainWindow
 from engine.errors import AudioDeviceLostError, AudioDeviceError, GPUUnavailableError, ModelFilesError
@@ -340,7 +340,7 @@ def test_the_meters_labels_fit_at_the_smallest_window_size_and_its_card_is_paint
     from app.meter import SHOWN
 
     ready(window)
-    figures = {name: 12345.0 for name, _, unit in SHOWN if unit == "ms"}
+    figures = {name: 12345.0 for name in SHOWN if name.endswith("_ms")}
     recorder = MetricsRecorder()
     recorder.record(TurnMetrics(turn=0, tts_rtf=10.5, **figures))
     window.worker.event.emit(Figures(TurnMetrics(turn=0, tts_rtf=10.5, **figures), dict(recorder.summary())))
@@ -369,3 +369,78 @@ def test_notices_of_the_gpu_and_of_a_voice_the_model_lacks_say_what_to_do(window
     assert problem.headline == "This speech model has no voice of that name" and problem.action == "settings"
     assert problem.detail == "'Nobody' is not one of its voices (aiden, ryan); Parley speaks as 'aiden'."
     assert window.dialog is None
+
+
+@pytest.mark.parametrize("opener, close_button", [("open_models", "modelsClose"), ("open_history", "historyClose"),
+                                                  ("open_about", "aboutClose")])
+def test_models_history_and_about_open_over_the_window_and_close_by_esc_ctrl_w_and_close(
+        window, qtbot, opener, close_button):
+    """Each opens over the main window, on its screen (centred on it where the screen leaves room: History here, on
+    the offscreen platform's 800 x 600 screen), and closes by Esc, Ctrl+W and its Close button, as a desktop app's
+    windows do; opened again, it is the same window."""
+    window.setGeometry(0, 60, 800, 480)
+    page = getattr(window, opener)()
+    qtbot.waitExposed(page)
+    assert window.screen().availableGeometry().contains(page.frameGeometry())
+    if opener == "open_history":  # within the width of a frame, which the page has only once shown
+        offset = page.frameGeometry().center() - window.frameGeometry().center()
+        assert abs(offset.x()) <= 2 and abs(offset.y()) <= 2
+    for close in (lambda: qtbot.keyClick(page, Qt.Key.Key_Escape),
+                  lambda: qtbot.keyClick(page, Qt.Key.Key_W, Qt.KeyboardModifier.ControlModifier),
+                  lambda: page.findChild(QPushButton, close_button).click()):
+        assert getattr(window, opener)() is page and page.isVisible()
+        page.activateWindow()
+        qtbot.waitUntil(lambda: QApplication.activeWindow() is page)
+        close()
+        qtbot.waitUntil(lambda: not page.isVisible())
+
+
+def test_the_window_opens_where_and_as_large_as_it_was_closed(qtbot, settings, tmp_path):
+    """Its size and place are kept in the settings when it closes, and the next window takes them."""
+    first = MainWindow(settings, history_file=tmp_path / "history.sqlite3")
+    qtbot.addWidget(first)
+    first.show()
+    qtbot.waitExposed(first)
+    first.setGeometry(0, 40, 800, 530)
+    qtbot.waitUntil(lambda: first.geometry().height() == 530)
+    first.close()
+    second = MainWindow(settings, history_file=tmp_path / "history.sqlite3")
+    qtbot.addWidget(second)
+    assert (second.geometry().y(), second.geometry().height()) == (40, 530)
+
+
+def test_the_tray_shows_and_hides_the_window_mutes_and_quits_and_keeps_parley_running_when_asked(
+        qtbot, settings, tmp_path, monkeypatch):
+    """Where the desktop has a tray (stood in for here: the offscreen platform has none), the icon's menu shows or
+    hides the window, mutes (the window's own action) and quits; with "keep running in the tray" on, closing the
+    window hides it, once saying so, and Quit ends Parley."""
+    from PySide6.QtWidgets import QSystemTrayIcon
+
+    monkeypatch.setattr(QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: True))
+    settings.close_to_tray = True
+    window = MainWindow(settings, history_file=tmp_path / "history.sqlite3")
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    menu = window.tray.contextMenu()
+    assert [a.text() for a in menu.actions() if a.text()] == ["Hide Parley", "&Mute microphone", "&Quit"]
+    messages = []
+    monkeypatch.setattr(window.tray, "showMessage", lambda title, *rest: messages.append(title))
+    for _ in range(2):
+        window.close()
+        assert not window.isVisible() and window.tray.isVisible()
+        window.tray.activated.emit(QSystemTrayIcon.ActivationReason.Trigger)
+        assert window.isVisible()
+    assert messages == ["Parley is still running"]  # said once
+    menu.actions()[1].trigger()
+    assert window.mute_button.isChecked()
+    window.quit_action.trigger()
+    assert not window.isVisible() and not window.tray.isVisible()
+
+
+def test_without_a_tray_closing_the_window_ends_parley(window):
+    """No tray (the offscreen platform has none): no icon, and closing closes, whatever the setting says."""
+    window.settings.close_to_tray = True
+    assert window.tray is None
+    window.close()
+    assert not window.isVisible()

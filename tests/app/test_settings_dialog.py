@@ -124,3 +124,14 @@ def test_the_style_field_is_offered_only_where_the_model_takes_a_style(qtbot, se
         qtbot.addWidget(plain)
         assert not plain.style.isEnabled() and why in plain.style_note.text()
         assert plain.style.text() == "cheerful and a little faster"  # kept for a model that takes one
+
+
+def test_automatic_is_offered_once_and_the_title_names_parley_once(qtbot, settings):
+    """A model that lists "auto" among its languages: one "Automatic" (the report saw "Automatic" and "Auto");
+    the title is "Settings — Parley", to which Qt appends no second "Parley"."""
+    from dataclasses import replace
+
+    dialog = SettingsDialog(settings, replace(INFO, languages=("auto", "english")))
+    qtbot.addWidget(dialog)
+    assert [dialog.language.itemText(i) for i in range(dialog.language.count())] == ["Automatic", "English"]
+    assert dialog.windowTitle() == "Settings — Parley"

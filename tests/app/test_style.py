@@ -1,8 +1,10 @@
 """app.style on real widgets offscreen: both schemes' sheets and palettes, the icon, following the desktop."""
 
+import re
+
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QPalette
+from PySide6.QtGui import QImage, QPalette
 from PySide6.QtWidgets import QLabel, QPushButton
 
 from app.style import ASSETS, apply_style, colors, palette, scheme_for, style_sheet
@@ -22,6 +24,8 @@ def test_every_colour_the_sheet_names_exists_in_both_schemes():
         sheet = style_sheet(scheme)
         assert "@" not in sheet
         assert colors(scheme)["accent"] in sheet
+        images = re.findall(r"url\(([^)]+)\)", sheet)  # the check mark and the spin box arrows
+        assert len(images) >= 3 and all(not QImage(path).isNull() for path in images), images
 
 
 def test_forced_themes_set_different_palettes_and_the_icon(styled_app, qtlog):
