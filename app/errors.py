@@ -72,10 +72,11 @@ def problem_for(error: BaseException, doing: str) -> Problem:
         return Problem("The microphone hears nothing", detail, "To use another microphone, choose it in Settings.",
                        "settings")
     if isinstance(error, AudioDeviceLostError):  # a notice, not a dialog: Parley opens it again by itself
+        lost = error.lost[:1].upper() + error.lost[1:] + "."  # the headline and advice say the rest
         if error.kind == "output":
-            return Problem("The speakers were disconnected", detail,
+            return Problem("The speakers were disconnected", lost,
                            "Parley carries on by itself once they are back; replies still show here.")
-        return Problem("The microphone was disconnected", detail,
+        return Problem("The microphone was disconnected", lost,
                        "Parley listens again by itself once it is back; typing still works.")
     if isinstance(error, MicrophoneAccessError):
         # the fix is in the system's settings, which the engine's message names

@@ -19,11 +19,13 @@ class AudioDeviceError(ParleyError):
 
 class AudioDeviceLostError(AudioDeviceError):
     """A device that was working stopped (unplugged, or the sound server quit). kind is "output" (the
-    speakers) or "input" (the microphone); the voice loop opens it again by itself once it is back."""
+    speakers) or "input" (the microphone); the voice loop opens it again by itself once it is back. lost says
+    which device and why, without what the rest of the message says (for a window that says that itself)."""
 
-    def __init__(self, message: str, kind: str):
+    def __init__(self, message: str, kind: str, lost: str = ""):
         super().__init__(message)
         self.kind = kind
+        self.lost = lost or message
 
 
 class MicrophoneSilentError(AudioDeviceLostError):

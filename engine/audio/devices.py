@@ -219,9 +219,9 @@ class DeviceStream:
     def _lost_error(self) -> AudioDeviceLostError:
         what, were, they_are = ("the speakers", "were", "they are") if self.kind == "output" else \
             ("the microphone", "was", "it is")
-        return AudioDeviceLostError(
-            f"{what} {were} disconnected: {self.kind} device {describe(self.device)} was lost ({self._lost}); "
-            f"Parley carries on by itself once {they_are} back", self.kind)
+        lost = f"{self.kind} device {describe(self.device)} was lost ({self._lost})"
+        return AudioDeviceLostError(f"{what} {were} disconnected: {lost}; Parley carries on by itself once {they_are} "
+                                    "back", self.kind, lost)
 
     def reopen(self) -> None:
         """After the device was lost: open the same device again (plugged back in, the sound server back).

@@ -32,11 +32,17 @@ def test_the_gpu_falling_back_to_the_cpu_says_so_and_leads_to_the_settings():
 
 
 def test_a_lost_device_is_named_in_plain_words_and_opens_no_page():
-    """Speakers or microphone lost: 'disconnected' headlines, Parley carrying on by itself, and no action (so no
-    dialog: the conversation goes on)."""
-    speakers = problem_for(AudioDeviceLostError("the speakers were disconnected: ...", "output"), "speaking")
+    """Speakers or microphone lost: 'disconnected' headlines, the device and why as the detail, Parley carrying on
+    by itself, each said once (the report saw the banner say both twice), and no action (so no dialog: the
+    conversation goes on)."""
+    lost = "output device 'default' (index 1) was lost (its stream stopped)"
+    speakers = problem_for(AudioDeviceLostError(f"the speakers were disconnected: {lost}; Parley carries on by "
+                                                "itself once they are back", "output", lost), "speaking")
     microphone = problem_for(AudioDeviceLostError("the microphone was disconnected: ...", "input"), "speaking")
     assert speakers.headline == "The speakers were disconnected" and "by itself" in speakers.advice
+    assert speakers.detail == "Output device 'default' (index 1) was lost (its stream stopped)."
+    said = " ".join((speakers.headline, speakers.detail, speakers.advice)).lower()
+    assert said.count("disconnected") == 1 and said.count("by itself") == 1
     assert microphone.headline == "The microphone was disconnected" and "typing still works" in microphone.advice
     assert speakers.action is None and microphone.action is None
 

@@ -95,6 +95,7 @@ def test_a_player_whose_sink_was_unloaded_says_so_and_plays_again_once_it_is_bac
         with pytest.raises(AudioDeviceLostError, match="the speakers were disconnected: output device 'default'"):
             player.wait_done(WAIT_S)
         assert player.lost is not None and player.lost.kind == "output"
+        assert player.lost.lost.startswith("output device 'default'") and "disconnected" not in player.lost.lost
         with pytest.raises(AudioDeviceError, match="cannot open output device"):
             player.reopen()  # nothing to play on yet
         assert player.lost is not None
