@@ -79,6 +79,11 @@ class ChatView(QScrollArea):
         self._layout = QVBoxLayout(self._column)
         self._layout.setSpacing(8)
         self._layout.addStretch(1)  # keeps the bubbles at the bottom while there are few
+        self.hint = QLabel("Talk to Parley: speak (hold Space in push-to-talk), or type below and press Enter.\n"
+                           "Everything stays on this computer.", objectName="chatHint", wordWrap=True,
+                           alignment=Qt.AlignmentFlag.AlignCenter)
+        self._layout.addWidget(self.hint)
+        self._show_hint(True)
         self.setWidget(self._column)
         self.bubbles: list[Bubble] = []
         self._partial: Bubble | None = None
@@ -159,6 +164,7 @@ class ChatView(QScrollArea):
         self.bubbles.clear()
         self._partial = self._reply = None
         self._spoken_to = 0
+        self._show_hint(True)
 
     # -- layout --------------------------------------------------------------------------------------
 
@@ -174,7 +180,14 @@ class ChatView(QScrollArea):
             line.addStretch(1)
         self._layout.addWidget(row)
         self.bubbles.append(bubble)
+        self._show_hint(False)
         return bubble
+
+    def _show_hint(self, shown: bool) -> None:
+        # shown, the hint takes the height (its text centred in it); hidden, the stretch above keeps the bubbles low
+        self.hint.setVisible(shown)
+        self._layout.setStretch(0, 0 if shown else 1)
+        self._layout.setStretch(1, 1 if shown else 0)
 
     def _drop_partial(self) -> None:
         if self._partial is not None:

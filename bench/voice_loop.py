@@ -279,7 +279,7 @@ def run(args, audio, work: Path, voices_dir: Path) -> int:
           f"{chat.n_gpu_layers} GPU layers", file=sys.stderr)
 
     events: queue.SimpleQueue = queue.SimpleQueue()
-    failed = 0
+    failed = early = 0
     with Player() as player, Microphone() as mic, HistoryStore(work / "history.sqlite3") as history:
         dialogue = Dialogue(chat, tts, player, history, transcriber)
         options = VoiceOptions(vad=VadOptions(silence_ms=args.silence_ms), barge_in=False, partials=args.partials)
@@ -300,7 +300,9 @@ def run(args, audio, work: Path, voices_dir: Path) -> int:
                     print(f"turn {i} ({line!r}) failed: {event.message}", file=sys.stderr)
                 else:
                     r = event.result
-                    print(f"turn {i}: heard {r.user_text!r} -> {len(r.reply_text.split())} words", file=sys.stderr)
+                    early += i > 0 and r.metrics.early_reply
+                    print(f"turn {i}: heard {r.user_text!r} -> {len(r.reply_text.split())} words, "
+                          f"{describe(r.metrics)}", file=sys.stderr)
         summary = dialogue.metrics.summary()
 
     scored = dialogue.metrics.turns
@@ -310,12 +312,18 @@ def run(args, audio, work: Path, voices_dir: Path) -> int:
              f"Whisper {transcriber.path.name} on {transcriber.device} ({transcriber.compute_type}), "
              f"LLM {chat.model_path.name} with {chat.n_gpu_layers} GPU layers, silence window {args.silence_ms} ms, "
              f"partials {'on' if args.partials else 'off'}")
-    return report(args, summary, scored, failed, setup)
+    return report(args, summary, scored, failed, early, setup)
 
 
-def report(args, summary, scored: int, failed: int, setup: str) -> int:
+def describe(metrics) -> str:
+    """A turn's LLM figures, for its line on stderr: what the reply's start took, and whether it began early."""
+    return (f"LLM first clause {metrics.llm_first_clause_ms or 0:.0f} ms"
+            + (", reply begun in the pause" if metrics.early_reply else ""))
+
+
+def report(args, summary, scored: int, failed: int, early: int, setup: str) -> int:
     """Prints the table (and writes --json); the exit status."""
-    print(f"\n{scored} scored turns ({failed} failed), {setup}\n")
+    print(f"\n{scored} scored turns ({failed} failed, {early} with the reply begun in the pause), {setup}\n")
     print("| figure | p50 | p95 | turns |")
     print("|---|---|---|---|")
     for name, label in ROWS:
@@ -331,7 +339,7 @@ def report(args, summary, scored: int, failed: int, setup: str) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "setup": setup, "scored_turns": scored,
-            "failed_turns": failed, "silence_ms": args.silence_ms,
+            "failed_turns": failed, "early_replies": early, "silence_ms": args.silence_ms,
             "figures": {name: {"p50": f.p50, "p95": f.p95, "turns": f.count} for name, f in summary.items()},
         }, indent=1) + "\n")
     return 0 if failed == 0 else 1
@@ -367,7 +375,7 @@ def run_app(args, audio, work: Path, voices_dir: Path) -> int:
     window.worker.event.connect(lambda e: events.put(e) if isinstance(e, Ready | Figures | TurnFailed) else None)
     lines = [WARM_UP] + SCRIPT[: args.turns]
     voices = [speech(line, voices_dir) for line in lines]
-    recorder, outcome = MetricsRecorder(), {"failed": 0, "info": None, "error": None}
+    recorder, outcome = MetricsRecorder(), {"failed": 0, "early": 0, "info": None, "error": None}
 
     def drive() -> None:
         try:
@@ -380,7 +388,9 @@ def run_app(args, audio, work: Path, voices_dir: Path) -> int:
                     print(f"turn {i} ({lines[i]!r}) failed: {event.message}", file=sys.stderr)
                 elif i > 0:  # the warm-up turn is not scored
                     recorder.record(event.metrics)
-                print(f"turn {i}: done", file=sys.stderr)
+                    outcome["early"] += event.metrics.early_reply
+                print(f"turn {i}: {'failed' if isinstance(event, TurnFailed) else describe(event.metrics)}",
+                      file=sys.stderr)
         except Exception as e:  # reported once the window has closed
             outcome["error"] = e
 
@@ -406,7 +416,7 @@ def run_app(args, audio, work: Path, voices_dir: Path) -> int:
     setup = (f"{platform.machine()} with {os.cpu_count()} CPU cores, --app (the desktop app, offscreen), --device "
              f"{args.device}, TTS {info.tts_model.name} on {info.device}, Whisper {info.stt_model.name}, LLM "
              f"{info.llm_model.name}, silence window {args.silence_ms} ms, live transcript on")
-    return report(args, recorder.summary(), recorder.turns, outcome["failed"], setup)
+    return report(args, recorder.summary(), recorder.turns, outcome["failed"], outcome["early"], setup)
 
 
 def wait_for(events: queue.SimpleQueue, kind, timeout_s: float):

@@ -71,3 +71,16 @@ def test_a_saved_conversation_is_shown_turn_by_turn(qtbot):
     view.show_turns([Turn("user", "Hi"), Turn("assistant", "Hello there, how", heard_text="Hello", interrupted=True)])
     assert roles(view) == [("user", "Hi"), ("assistant", "Hello there, how")]
     assert view.bubbles[-1].note.text() == "interrupted"
+
+
+def test_an_empty_conversation_says_what_to_do_until_the_first_turn(qtbot):
+    """A new conversation is not a blank pane: a hint says how to talk; it goes with the first bubble and comes back
+    when the conversation is cleared (Ctrl+N)."""
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.show()
+    assert view.hint.isVisible() and "hold Space" in view.hint.text()
+    view.add_user("Hello")
+    assert not view.hint.isVisible()
+    view.clear()
+    assert view.hint.isVisible()
