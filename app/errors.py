@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QMessageBox, QWidget
 
 from engine.errors import (AudioDeviceError, AudioDeviceLostError, FeatureUnavailableError, GPUUnavailableError,
                            HistoryError, InputTextError, MicrophoneAccessError, MicrophoneSilentError, ModelFilesError,
-                           ParleyError)
+                           ModelMissingError, ParleyError)
 
 ACTIONS = {"models": "Open Models…", "settings": "Open Settings…"}
 
@@ -61,12 +61,16 @@ def problem_for(error: BaseException, doing: str) -> Problem:
         doing: what was under way, for the headline: "loading the speech model", "this turn", ...
     """
     detail = str(error) or type(error).__name__
+    detail = detail[:1].upper() + detail[1:]  # the engine's messages begin in lower case, to follow a colon
     if _out_of_memory(error):
         return Problem(f"Out of memory while {doing}", detail,
                        "Close other programs, or choose a smaller model or the CPU in Settings.", "settings")
+    if isinstance(error, ModelMissingError):
+        return Problem(f"A model is missing ({doing})", detail, "Choose or download the model on the Models page.",
+                       "models")
     if isinstance(error, ModelFilesError):
-        return Problem(f"A model is missing or damaged ({doing})", detail,
-                       "Choose or download the model on the Models page.", "models")
+        return Problem(f"A model cannot be read ({doing})", detail,
+                       "Download it again or choose another on the Models page.", "models")
     if isinstance(error, MicrophoneSilentError):  # a notice: the loop says when sound comes
         # the engine's message already says how to allow access or unmute: the advice adds only Parley's part
         return Problem("The microphone hears nothing", detail, "To use another microphone, choose it in Settings.",

@@ -41,7 +41,7 @@ class DownloadCancelled(DownloadError):
 
 def download_command(repo_id: str, target: Path | str, files: Sequence[str] | None = None) -> str:
     """The shell command that downloads the same files into `target` on a machine with a network."""
-    args = ["huggingface-cli", "download", repo_id, *(files or ()), "--local-dir", str(target)]
+    args = ["hf", "download", repo_id, *(files or ()), "--local-dir", str(target)]
     return shlex.join(args)
 
 
@@ -181,7 +181,7 @@ def _error(kind: str, text: str, repo_id: str, target: Path, files, partial: Pat
         )
     if kind == "missing-repo":
         return DownloadError(f"the hub has no model {repo_id} ({text}); check the name, or log in with "
-                             "`huggingface-cli login` if it is gated")
+                             "`hf auth login` if it is gated")
     if kind == "missing-file":
         return DownloadError(text)
     if kind == "disk-full":

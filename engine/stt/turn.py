@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import ModelFilesError
+from engine.errors import ModelFilesError, ModelMissingError
 from engine.models import package_folder
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ def turn_model_path() -> Path:
     folder = package_folder("pipecat")
     path = None if folder is None else folder.joinpath(*_MODEL_FILE)
     if path is None or not path.is_file():
-        raise ModelFilesError(f"the end-of-turn model (Smart Turn v3.2, from pipecat-ai) is not installed; "
+        raise ModelMissingError(f"the end-of-turn model (Smart Turn v3.2, from pipecat-ai) is not installed; "
                               f"{HOW_TO_GET}")
     return path
 

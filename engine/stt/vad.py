@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import ModelFilesError
+from engine.errors import ModelFilesError, ModelMissingError
 
 SAMPLE_RATE_HZ = 16000
 BLOCK_SAMPLES = 512  # the model's window at 16 kHz: 32 ms
@@ -36,7 +36,7 @@ def silero_model_path() -> Path:
 
     folder = package_folder("faster_whisper")
     if folder is None:
-        raise ModelFilesError(
+        raise ModelMissingError(
             "voice activity needs the Silero VAD model that faster-whisper ships, and faster-whisper "
             "is not installed; install it with: pip install faster-whisper==1.2.1"
         )
@@ -61,7 +61,7 @@ class SileroVad:
 
         path = Path(path) if path is not None else silero_model_path()
         if not path.is_file():
-            raise ModelFilesError(f"{path}: no such Silero VAD model file")
+            raise ModelMissingError(f"{path}: no such Silero VAD model file")
         opts = onnxruntime.SessionOptions()
         # one block is ~0.1 ms of work: more threads only add hand-off cost
         opts.inter_op_num_threads = 1

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import ModelFilesError
+from engine.errors import ModelFilesError, ModelMissingError
 from engine.models import package_folder
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def assemble_bundled_model(target_root: str | os.PathLike | None = None) -> Path
     for (module, part_name), package in zip(BUNDLED_PARTS, BUNDLED_PACKAGES):
         folder = package_folder(module)
         if folder is None:
-            raise ModelFilesError(
+            raise ModelMissingError(
                 f"the bundled Whisper model needs the package {package}, which is not installed; {HOW_TO_GET}"
             )
         data = folder / "data"
@@ -138,7 +138,7 @@ def find_whisper_model(model: str | os.PathLike | None = None, *, allow_download
     # hub ids are "size" or "owner/name"; anything else with a slash is a folder that is not there
     looks_like_path = name.startswith((".", "~", "/", "\\")) or name.count("/") > 1 or "\\" in name
     if looks_like_path or path.exists():
-        raise ModelFilesError(f"{path}: no such Whisper model folder; {HOW_TO_GET}")
+        raise ModelMissingError(f"{path}: no such Whisper model folder; {HOW_TO_GET}")
     return _hub_model(name, allow_download, hub_cache_dir)
 
 
@@ -152,7 +152,7 @@ def _hub_model(name: str, allow_download: bool, hub_cache_dir) -> Path:
     except LocalEntryNotFoundError as e:
         how = (f"allow downloads to fetch it (~75 MB for base), or {HOW_TO_GET}" if not allow_download
                else f"the hub could not be reached ({e}); {HOW_TO_GET}")
-        raise ModelFilesError(f"the Whisper model {name!r} is not in the Hugging Face cache; {how}") from e
+        raise ModelMissingError(f"the Whisper model {name!r} is not in the Hugging Face cache; {how}") from e
     # after LocalEntryNotFoundError, which is also a ValueError
     except ValueError as e:  # faster-whisper: "Invalid model size 'x', expected one of: ..."
         raise ModelFilesError(f"unknown Whisper model {name!r}: {e}; or {HOW_TO_GET}") from e

@@ -20,7 +20,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from engine.errors import GPUUnavailableError, ModelFilesError
+from engine.errors import GPUUnavailableError, ModelFilesError, ModelMissingError
 from engine.models import redownload_advice
 from engine.tts.checkpoint import load_weights
 from engine.tts.codec import load_codec
@@ -321,7 +321,7 @@ def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | N
     """
     folder = Path(path)
     if not folder.is_dir():
-        raise ModelFilesError(f"{folder}: no such model folder")
+        raise ModelMissingError(f"{folder}: no such model folder")
     device = _device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         log.warning("device 'cuda' was asked for, but this machine has no usable CUDA GPU; using the CPU")

@@ -67,7 +67,7 @@ def test_cancel_stops_a_transfer_in_flight_and_the_next_download_resumes_it(tmp_
 
 
 def test_no_network_says_which_command_to_run_elsewhere(tmp_path):
-    """A hub that cannot be reached is NoNetworkError, whose message holds the huggingface-cli command."""
+    """A hub that cannot be reached is NoNetworkError, whose message holds the hf command."""
     with socket.socket() as s:  # a port nothing listens on: connection refused, as with no network
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -76,7 +76,7 @@ def test_no_network_says_which_command_to_run_elsewhere(tmp_path):
         download_model(REPO, target, endpoint=f"http://127.0.0.1:{port}")
     assert "no network" in str(err.value)
     assert download_command(REPO, target) in str(err.value)
-    assert download_command(REPO, target) == f"huggingface-cli download {REPO} --local-dir {target}"
+    assert download_command(REPO, target) == f"hf download {REPO} --local-dir {target}"
 
 
 def test_unknown_repository_and_file_are_named_in_the_error(tmp_path):

@@ -4,14 +4,18 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.errors import ErrorDialog, Problem, problem_for
 from engine.errors import (AudioDeviceError, AudioDeviceLostError, GPUUnavailableError, HistoryError, InputTextError,
-                           ModelFilesError)
+                           ModelFilesError, ModelMissingError)
 
 
 def test_each_kind_of_failure_points_to_the_page_that_fixes_it():
-    """No model -> Models page; no device or out of memory -> Settings; bad text or history -> no page."""
-    missing = problem_for(ModelFilesError("/x: no such model folder"), "loading the speech model")
+    """No model or a damaged one -> Models page, each headline saying which; no device or out of memory ->
+    Settings; bad text or history -> no page. The detail reads as a sentence (the engine's begin in lower case)."""
+    missing = problem_for(ModelMissingError("/x: no such model folder"), "loading the speech model")
     assert missing.action == "models" and missing.detail == "/x: no such model folder"
-    assert "speech model" in missing.headline
+    assert missing.headline == "A model is missing (loading the speech model)"
+    damaged = problem_for(ModelFilesError("the weights of /x cannot be read"), "loading the speech model")
+    assert damaged.headline == "A model cannot be read (loading the speech model)" and damaged.action == "models"
+    assert damaged.detail == "The weights of /x cannot be read"
     assert problem_for(AudioDeviceError("this machine has no input device"),
                        "opening the microphone").action == "settings"
     assert "choose another one in Settings" in problem_for(AudioDeviceError("x"), "y").advice
@@ -28,7 +32,7 @@ def test_the_gpu_falling_back_to_the_cpu_says_so_and_leads_to_the_settings():
     error = GPUUnavailableError("the GPU ran out of memory while speaking; Parley speaks on the CPU from now on")
     problem = problem_for(error, "speaking")
     assert problem.headline == "The GPU is not available; Parley is using the CPU"
-    assert problem.detail == str(error) and problem.action == "settings" and "goes on" in problem.advice
+    assert problem.detail == "The" + str(error)[3:] and problem.action == "settings" and "goes on" in problem.advice
 
 
 def test_a_lost_device_is_named_in_plain_words_and_opens_no_page():
@@ -78,7 +82,7 @@ def test_a_problem_shows_its_text_as_written_in_rich_text(qtbot):
 
     from app.main_window import NoticeBar
 
-    detail = "broken/config.json: not valid JSON\nrun: huggingface-cli download <the model's hub id> --local-dir a&b"
+    detail = "broken/config.json: not valid JSON\nrun: hf download <the model's hub id> --local-dir a&b"
     problem = Problem("A model is damaged", detail, "")
 
     def shown(rich: str) -> str:

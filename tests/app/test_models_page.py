@@ -68,7 +68,7 @@ def test_a_missing_model_offers_a_download_and_the_offline_command(page, models_
     assert row.state.text() == "Missing" and row.property("state") == "missing"
     assert "is not on this machine" in row.where.text()
     assert row.download_button.isVisible() and row.offline.isVisible()
-    command = f"huggingface-cli download {DEFAULT_TTS_REPO} --local-dir {models_dir / TTS_FOLDER}"
+    command = f"hf download {DEFAULT_TTS_REPO} --local-dir {models_dir / TTS_FOLDER}"
     assert command in row.offline.text()
     row.copy_button.click()
     assert QGuiApplication.clipboard().text() == command
@@ -148,5 +148,5 @@ def test_download_without_a_network_explains_what_to_do(page, qtbot, models_dir,
     row = page.rows["tts"]
     qtbot.mouseClick(row.download_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "cannot reach the Hugging Face hub" in row.offline.text(), timeout=60_000)
-    assert row.offline.isVisible() and f"huggingface-cli download {DEFAULT_TTS_REPO}" in row.offline.text()
+    assert row.offline.isVisible() and f"hf download {DEFAULT_TTS_REPO}" in row.offline.text()
     assert row.state.text() == "Missing" and row.download_button.isVisible()

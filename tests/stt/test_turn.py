@@ -5,7 +5,7 @@ how to get it; in the Endpointer it ends a finished turn after a short pause and
 import numpy as np
 import pytest
 
-from engine.errors import ModelFilesError
+from engine.errors import ModelFilesError, ModelMissingError
 from engine.stt import BLOCK_SAMPLES, SAMPLE_RATE_HZ, Endpointer, SileroVad, Turn, VadOptions, split_blocks
 from engine.stt import turn as turn_module
 from engine.stt.turn import TurnModel
@@ -55,10 +55,11 @@ def test_a_missing_or_broken_model_says_how_to_get_it(tmp_path, monkeypatch):
     """No pipecat-ai package, or a file onnxruntime cannot read: ModelFilesError with the pip command."""
     broken = tmp_path / "smart-turn.onnx"
     broken.write_bytes(b"not a model")
-    with pytest.raises(ModelFilesError, match="cannot be loaded.*pip install --no-deps pipecat-ai==1.14.0"):
+    with pytest.raises(ModelFilesError, match="cannot be loaded.*pip install --no-deps pipecat-ai==1.14.0") as damaged:
         TurnModel(broken)
+    assert not isinstance(damaged.value, ModelMissingError)  # there, but unreadable: not "missing"
     monkeypatch.setattr(turn_module, "package_folder", lambda module: None)  # as where it is not installed
-    with pytest.raises(ModelFilesError, match="is not installed; install it with: pip install --no-deps pipecat-ai"):
+    with pytest.raises(ModelMissingError, match="is not installed; install it with: pip install --no-deps pipecat"):
         TurnModel()
 
 

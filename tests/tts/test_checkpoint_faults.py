@@ -16,7 +16,7 @@ from engine.stt import Transcriber, TranscriberOptions
 from engine.tts import load_tts
 from engine.tts.model import Qwen3TTS
 
-ADVICE = r"\nDownload the model again \(the app's Models page, or: huggingface-cli download .*\), or choose another"
+ADVICE = r"\nDownload the model again \(the app's Models page, or: hf download .*\), or choose another"
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def test_a_cut_weights_file_names_the_file_says_truncated_and_how_to_get_it_agai
     message = str(load_error(broken))
     assert re.match(re.escape(str(path)) + r": cannot read the weights, is the file truncated or corrupt\?", message)
     assert re.search(ADVICE, message)
-    assert f"huggingface-cli download Qwen/{broken.name} --local-dir {broken}" in message
+    assert f"hf download Qwen/{broken.name} --local-dir {broken}" in message
 
 
 def test_weights_overwritten_with_garbage_are_refused_by_name(broken):
@@ -167,14 +167,16 @@ def test_a_speech_tokenizer_config_of_the_wrong_kind_is_named(broken):
 
 
 def test_the_advice_names_the_hub_id_from_the_folder(tmp_path):
-    """The download command uses the published name of a --local-dir folder or of a hub cache snapshot."""
+    """The download command uses the published name of a --local-dir folder or of a hub cache snapshot; a folder
+    of another name gets the Models page, not a command with a placeholder in it."""
     local = tmp_path / "Qwen3-TTS-12Hz-1.7B-VoiceDesign"
-    assert (f"huggingface-cli download Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign --local-dir {local})"
+    assert (f"hf download Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign --local-dir {local})"
             in redownload_advice(local))
     snapshot = tmp_path / "hub" / "models--Qwen--Qwen3-TTS-12Hz-0.6B-CustomVoice" / "snapshots" / "0123abc"
-    assert ("huggingface-cli download Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice --force-download)"
+    assert ("hf download Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice --force-download)"
             in redownload_advice(snapshot))
-    assert "<the model's hub id>" in redownload_advice(tmp_path / "my-voice")
+    own = redownload_advice(tmp_path / "my-voice")  # a folder of the user's naming: no command, no placeholder
+    assert own.startswith("Download the model again on the app's Models page") and "hf download" not in own
 
 
 # ---- no GPU ----

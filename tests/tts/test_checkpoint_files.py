@@ -10,7 +10,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from engine.errors import InputTextError, ModelFilesError
+from engine.errors import InputTextError, ModelFilesError, ModelMissingError
 from engine.tts import SamplingOptions, load_tts
 from engine.tts.codec import CodecConfig, CodecDecoder
 from engine.tts.testing import write_checkpoint
@@ -61,8 +61,8 @@ def greedy_codes(tts):
 
 
 def test_missing_folder_is_named(tmp_path):
-    """A model folder that does not exist raises ModelFilesError naming it."""
-    with pytest.raises(ModelFilesError, match=re.escape(str(tmp_path / "nowhere")) + ": no such model folder"):
+    """A model folder that does not exist raises ModelMissingError (the app says "missing") naming it."""
+    with pytest.raises(ModelMissingError, match=re.escape(str(tmp_path / "nowhere")) + ": no such model folder"):
         load_tts(tmp_path / "nowhere")
 
 

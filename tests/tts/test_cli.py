@@ -120,7 +120,7 @@ def test_missing_default_model_says_how_to_download_it(tmp_path):
     assert code == 2
     assert f"the speech model {DEFAULT_TTS_REPO} is not on this machine" in err
     local = tmp_path / "models" / DEFAULT_TTS_REPO.split("/")[1]
-    assert f"huggingface-cli download {DEFAULT_TTS_REPO} --local-dir {local}" in err
+    assert f"hf download {DEFAULT_TTS_REPO} --local-dir {local}" in err
     assert "Traceback" not in err and list(cwd.iterdir()) == []
 
 
