@@ -176,12 +176,14 @@ class ModelRow(QFrame):
 
     def show_found(self, found: Found, setting: str, downloading: bool) -> None:
         """Show a discovery result, or a download under way."""
-        state = "downloading" if downloading else "present" if found.path is not None else "missing"
-        self.state.setText({"present": "Ready", "missing": "Missing", "downloading": "Downloading"}[state])
+        state = ("downloading" if downloading else "present" if found.path is not None else
+                 "damaged" if found.damaged else "missing")
+        self.state.setText({"present": "Ready", "missing": "Missing", "damaged": "Cannot be read",
+                            "downloading": "Downloading"}[state])
         # a missing model's first clause; the whole message (with the engine's advice) is the tooltip
         self.where.setText(found.where if found.path else _first_clause(found.where))
         self.where.setToolTip("" if found.path else found.where)
-        self.download_button.setProperty("primary", state == "missing")
+        self.download_button.setProperty("primary", state in ("missing", "damaged"))
         self.auto_button.setVisible(bool(setting))
         self.download_button.setVisible(not downloading and not self.kind.download_folder().exists())
         for widget in (self.bar, self.bar_text, self.cancel_button):
@@ -189,7 +191,7 @@ class ModelRow(QFrame):
         if downloading:
             self.bar.setValue(0)
             self.bar_text.setText("starting…")
-        self.show_offline(state == "missing")
+        self.show_offline(state in ("missing", "damaged"))
         self._set_state(state)
 
     def show_offline(self, visible: bool, reason: str = "") -> None:
@@ -263,10 +265,11 @@ class ModelsPage(QWidget):
             setting = self._setting(name)
             self.found[name] = locate_model(name, setting)
             row.show_found(self.found[name], setting, name in self.downloads)
-        missing = [self.rows[n].kind.title.split(" — ")[0] for n, f in self.found.items() if f.path is None]
+        unusable = [self.rows[n].kind.title.split(" — ")[0] + (" (cannot be read)" if f.damaged else "")
+                    for n, f in self.found.items() if f.path is None]
         self.summary.setText(
-            "Everything Parley needs is on this computer; nothing you say leaves it." if not missing else
-            f"Missing: {', '.join(missing)}. Download what is missing, or choose a model that is already on this "
+            "Everything Parley needs is on this computer; nothing you say leaves it." if not unusable else
+            f"Missing: {', '.join(unusable)}. Download what is missing, or choose a model that is already on this "
             "computer. Parley never uploads anything; downloads come from the Hugging Face hub."
         )
 

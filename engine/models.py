@@ -7,8 +7,10 @@ Nothing here downloads on its own: a missing model is an error that says exactly
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,11 +96,13 @@ def _hub_cache(repo: str) -> Path | None:
 
 @dataclass(frozen=True)
 class Found:
-    """Where a model was found: path (None when missing), where ("chosen folder", "bundled package",
-    "Parley's models folder", "Hugging Face cache", ...) or, when missing, why (the engine's message)."""
+    """Where a model was found: path (None when it cannot be used), where ("chosen folder", "bundled package",
+    "Parley's models folder", "Hugging Face cache", ...) or, when it cannot be used, why (the engine's message);
+    damaged: it is there, but would not load (as opposed to missing)."""
 
     path: Path | None
     where: str
+    damaged: bool = False
 
 
 def locate_model(kind: str, setting: str) -> Found:
@@ -113,8 +117,10 @@ def locate_model(kind: str, setting: str) -> Found:
             return _locate_stt(setting)
         if kind == "llm":
             return _locate_llm(setting)
-    except ParleyError as e:
+    except ModelMissingError as e:
         return Found(None, str(e))
+    except ParleyError as e:
+        return Found(None, str(e), damaged=True)
     raise ValueError(f"unknown model kind {kind!r}; choose tts, stt or llm")
 
 
@@ -126,12 +132,50 @@ def _locate_tts(setting: str) -> Found:
     missing = [name for name in ("config.json", "speech_tokenizer") if not (path / name).exists()]
     if missing:
         raise ModelFilesError(f"{path}: not a Qwen3-TTS checkpoint folder (no {', '.join(missing)})")
+    _check_checkpoint(path)
     if setting:
         return Found(path, f"Chosen folder: {path}")
     for root, name in ((models_dir(), "Parley's models folder"), (Path(constants.HF_HUB_CACHE), "Hugging Face cache")):
         if path.resolve().is_relative_to(root.resolve()):
             return Found(path, f"{name}: {path}")
     return Found(path, f"Folder: {path}")
+
+
+def _check_checkpoint(folder: Path) -> None:
+    """What loading the checkpoint reads first, without loading it (no torch, milliseconds): each config.json
+    parses, and each weights file's header parses and the file holds all the bytes the header lists.
+
+    Raises:
+        ModelFilesError: naming the file, with how to get the model again.
+    """
+    for config in (folder / "config.json", folder / "speech_tokenizer" / "config.json"):
+        try:
+            json.loads(config.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ModelFilesError(f"{config}: cannot be read as JSON ({e}); {redownload_advice(folder)}") from None
+    for weights in sorted(folder.glob("*.safetensors")) + sorted((folder / "speech_tokenizer").glob("*.safetensors")):
+        problem = _safetensors_problem(weights)
+        if problem:
+            raise ModelFilesError(f"{weights}: cannot read the weights, {problem}; {redownload_advice(folder)}")
+
+
+def _safetensors_problem(path: Path) -> str:
+    """What is wrong with a safetensors file's framing ("" for nothing): an 8-byte little-endian header length,
+    a JSON header naming each tensor's byte range, then the tensors' bytes."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        start = f.read(8)
+        length = struct.unpack("<Q", start)[0] if len(start) == 8 else size
+        if 8 + length > size:
+            return "the file is cut short in its header"
+        try:
+            header = json.loads(f.read(length))
+            end = max((t["data_offsets"][1] for name, t in header.items() if name != "__metadata__"), default=0)
+        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, IndexError, TypeError):
+            return "its header is damaged"
+    if size < 8 + length + end:
+        return f"the file is cut short ({size:,} of {8 + length + end:,} bytes)"
+    return ""
 
 
 def _locate_stt(setting: str) -> Found:

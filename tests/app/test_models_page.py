@@ -103,6 +103,36 @@ def test_wrong_files_are_explained_not_accepted_silently(tmp_path):
     assert found.path is None and "not a complete CTranslate2 Whisper model folder" in found.where
 
 
+@pytest.mark.parametrize("damage, said", [
+    ("cut", "the file is cut short"), ("header", "its header is damaged"), ("config", "cannot be read as JSON")])
+def test_a_damaged_checkpoint_cannot_be_read_here_as_it_cannot_be_loaded(page, qsettings, tiny_checkpoint, tmp_path,
+                                                                          damage, said):
+    """A truncated weights file, a garbled header or config: the page says "Cannot be read" with the file and why,
+    as loading it would fail (the report saw "Ready" here beside "Not ready" in the main window)."""
+    import shutil
+
+    from engine.errors import ModelFilesError
+    from engine.tts import load_tts
+
+    broken = tmp_path / "Qwen3-TTS-12Hz-0.6B-CustomVoice"
+    shutil.copytree(tiny_checkpoint, broken)
+    weights = broken / "speech_tokenizer" / "model.safetensors"
+    if damage == "cut":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif damage == "header":
+        weights.write_bytes(weights.read_bytes()[:8] + b"\xff" * 64 + weights.read_bytes()[72:])
+    else:
+        (broken / "config.json").write_text("{ not json")
+    with pytest.raises(ModelFilesError):
+        load_tts(broken)
+    found = locate_model("tts", str(broken))
+    assert found.path is None and found.damaged and said in found.where
+    page.set_path("tts", str(broken))
+    row = page.rows["tts"]
+    assert row.state.text() == "Cannot be read" and row.property("state") == "damaged"
+    assert "cannot be read" in page.summary.text()
+
+
 def test_download_shows_progress_then_the_model_is_ready(page, qtbot, qsettings, models_dir, tiny_checkpoint,
                                                          monkeypatch):
     """Download fetches the repository from the hub (HF_ENDPOINT), the bar fills, the path is stored, Ready."""
