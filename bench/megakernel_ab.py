@@ -1,7 +1,7 @@
 """Frame time of two versions of the megakernel, alternated in separate processes on one GPU: an A/B whose
 baseline runs in the same lease, between the same frames.
 
-A version is a whole tree's engine/, csrc/ and bench/: the kernel, its binding and engine/tts/megakernel.py change
+A version is a whole tree's engine/, csrc/ and bench/: the kernel, its binding and engine/tts/kernels/ change
 together. The baseline is those folders at a git revision (exported to a temporary folder), or a folder holding
 such an export (where the tree has no git history, as on the GPU machine: export it here and carry it), the
 candidate the working tree. Each round times each version once, in its own process run from its own tree (two

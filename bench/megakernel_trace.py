@@ -29,7 +29,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.tts import SamplingOptions, load_tts, megakernel  # noqa: E402
+from engine.tts import SamplingOptions, load_tts  # noqa: E402
+from engine.tts.kernels import build  # noqa: E402
 from engine.tts.sampling import Sampler  # noqa: E402
 from bench_checkpoint import add_arguments as add_checkpoint_arguments, checkpoint  # noqa: E402  (bench/)
 
@@ -90,8 +91,8 @@ def load(folder: Path, probes: bool):
     if not probes:
         return load_tts(folder, device="cuda", megakernel=True)
     with tempfile.TemporaryDirectory() as tmp:
-        megakernel.CSRC = Path(shutil.copytree(megakernel.CSRC, Path(tmp) / "megakernel"))
-        common = megakernel.CSRC / "common.cuh"
+        build.CSRC = Path(shutil.copytree(build.CSRC, Path(tmp) / "csrc"))
+        common = build.CSRC / "megakernel" / "common.cuh"
         common.write_text("#define MK_PROBES\n" + common.read_text())
         return load_tts(folder, device="cuda", megakernel=True)
 

@@ -229,7 +229,7 @@ class Assistant:
         from engine.tts import load_tts
 
         if self.device == "cuda":
-            from engine.tts.megakernel import needs_build
+            from engine.tts.kernels.build import needs_build
 
             if needs_build():  # a minute of nvcc that would otherwise look like a stuck load
                 self._progress("speech model (first start: compiling its GPU kernel, about a minute)")

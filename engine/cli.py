@@ -68,7 +68,7 @@ def _load_tts(folder: Path, device: str, dtype: str | None = None):
     from engine.tts import load_tts
 
     if device.startswith("cuda"):
-        from engine.tts.megakernel import needs_build
+        from engine.tts.kernels.build import needs_build
 
         if needs_build():
             print("parley: compiling the GPU kernel (first use of this version, about a minute)", file=sys.stderr,

@@ -31,14 +31,15 @@ def wheel(tmp_path_factory):
 
 
 def test_the_wheel_holds_every_module_the_assets_and_the_kernel_sources(wheel):
-    """Every .py of engine/ and app/, every file of assets/ the app reads and all of csrc/megakernel/, at their
+    """Every .py of engine/ and app/, every file of assets/ the app reads and all of csrc/, at their
     installed places (a package missing from pyproject's list would leave its modules out)."""
     names = set(zipfile.ZipFile(wheel).namelist())
     modules = {p.relative_to(ROOT).as_posix() for d in ("engine", "app") for p in (ROOT / d).rglob("*.py")}
     assets = {f"app/assets/{p.name}" for p in (ROOT / "assets").iterdir() if p.suffix in (".json", ".qss", ".png",
                                                                                          ".svg", ".ico")}
-    kernel = {f"engine/csrc/megakernel/{p.name}" for p in (ROOT / "csrc" / "megakernel").iterdir() if p.is_file()}
+    kernel = {f"engine/{p.relative_to(ROOT).as_posix()}" for p in (ROOT / "csrc").rglob("*") if p.is_file()}
     assert "app/assets/style.qss" in assets and "engine/csrc/megakernel/megakernel.cu" in kernel
+    assert {"engine/csrc/binding.cpp", "engine/csrc/fused/swiglu.cu"} < kernel
     assert not (modules | assets | kernel) - names
 
 
@@ -48,11 +49,11 @@ def test_an_installed_wheel_finds_its_assets_and_kernel_sources(wheel, tmp_path)
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "-q", "--target", str(site),
                     str(wheel)], check=True, capture_output=True, timeout=300)
-    probe = ("import app.style as s, engine.tts.megakernel as m\n"
+    probe = ("import app.style as s, engine.tts.kernels.build as m\n"
              "print(s.ASSETS, len(s.style_sheet('dark')), m.CSRC, m._missing_sources(), sep='\\n')")
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(site)},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assets, sheet_length, csrc, missing = done.stdout.splitlines()
     assert Path(assets) == site / "app" / "assets" and int(sheet_length) > 1000
-    assert Path(csrc) == site / "engine" / "csrc" / "megakernel" and missing == "[]"
+    assert Path(csrc) == site / "engine" / "csrc" and missing == "[]"

@@ -137,7 +137,7 @@ __device__ __forceinline__ void barrier(cg::grid_group& grid, int tag) {
 // bytes are on their way from HBM, and a row that fits in one batch costs one round trip. A lane sums its
 // weights in k order whatever R and Loads are, so the result does not depend on them. A call site picks
 // R and Loads for its shape: few rounds of R rows over the grid's warps, few batches of a row, within the
-// registers its kernel has left (csrc/megakernel/build.sh reports spills).
+// registers its kernel has left (csrc/build.sh reports spills).
 // With T > 1, x holds T input vectors (token t's at x + t * K) that every row is dotted with: the weights are read
 // once for T tokens, and out(r, t, d) is called for each.
 template <int R = 2, int Loads = 8, int T = 1, typename Row, typename Prepare, typename Out>

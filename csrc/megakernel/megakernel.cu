@@ -1,5 +1,5 @@
 // The persistent kernels and their host-side launches; no torch headers (CI compiles this file with nvcc).
-// Stages are in decoder_step.cuh and frame.cuh; binding.cpp is the torch glue.
+// Stages are in decoder_step.cuh and frame.cuh; csrc/binding.cpp is the torch glue.
 #include <cuda_runtime.h>
 
 #include "frame.cuh"

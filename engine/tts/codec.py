@@ -337,7 +337,7 @@ class SnakeBeta(Folded):
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
         self.fold()
-        # set by engine.tts.megakernel.attach_codec: (x, frequency, inverse_beta) -> this forward, in one CUDA launch
+        # set by engine.tts.kernels.fused.attach_codec: (x, frequency, inverse_beta) -> this forward, in one CUDA launch
         self.kernel = None
 
     def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
@@ -424,7 +424,8 @@ class Attention(nn.Module):
         self.kv_heads = kv_heads
         self.groups = heads // kv_heads
         self.kept = config.sliding_window - 1
-        # set by engine.tts.megakernel.attach_codec: a stream's projections, RoPE and window below in four CUDA launches
+        # set by engine.tts.kernels.fused.attach_codec: a stream's projections, RoPE and window below in four CUDA
+        # launches
         self.prologue = None
 
     def state_shapes(self) -> tuple[tuple[int, ...], ...]:

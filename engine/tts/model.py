@@ -24,7 +24,7 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
-        # set by engine.tts.megakernel, for bf16 x, each in one CUDA launch: (x, weight, eps) -> this forward, and
+        # set by engine.tts.kernels.fused, for bf16 x, each in one CUDA launch: (x, weight, eps) -> this forward, and
         # (x, delta, scale, weight, eps) -> add()
         self.kernel = None
         self.add_kernel = None
@@ -78,7 +78,8 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(D, cfg.rms_norm_eps)  # per head, before RoPE
         self.k_norm = RMSNorm(D, cfg.rms_norm_eps)
         self.head_dim = D
-        # set by engine.tts.megakernel.attach: the projections, norms, RoPE and cache writes below in two CUDA launches
+        # set by engine.tts.kernels.fused.attach: the projections, norms, RoPE and cache writes below in two CUDA
+        # launches
         self.prologue = None
 
     def forward(self, x, cos, sin, cache: KVCache, layer: int) -> torch.Tensor:
@@ -153,7 +154,7 @@ class DecoderStack(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self._inv_freq: torch.Tensor | None = None
-        # set by engine.tts.megakernel.attach: one-token steps then run in one persistent CUDA launch
+        # set by engine.tts.kernels.megakernel.attach: one-token steps then run in one persistent CUDA launch
         self.kernel_step = None
         # the dtype K/V are stored in; None = the activations'. bfloat16 under float32 activations is
         # what the megakernel does (fp32 math, bf16 cache): its reference in tests
@@ -292,7 +293,7 @@ class Qwen3TTS(nn.Module):
     def __init__(self, cfg: TalkerConfig):
         super().__init__()
         self.talker = Talker(cfg)
-        # set by engine.tts.megakernel.attach: whole frames (sample_frame + advance) in one CUDA launch each
+        # set by engine.tts.kernels.megakernel.attach: whole frames (sample_frame + advance) in one CUDA launch each
         self.frame_kernel = None
         # set by engine.tts.prefill.attach_graphs: begin() pads the prompt to a fixed length and replays a CUDA graph
         self.padded_prefill = None

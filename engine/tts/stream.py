@@ -312,7 +312,7 @@ def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | N
         megakernel: run decode steps in the CUDA megakernel; None = wherever it can run (CUDA, bf16),
             falling back to PyTorch with a logged warning and the reason in the engine's `megakernel_problem`;
             True = required; False = never. The first load of a kernel version compiles it (about a minute;
-            megakernel.needs_build() says whether it will).
+            engine.tts.kernels.build.needs_build() says whether it will).
 
     Raises:
         ModelFilesError: a file is missing, truncated, corrupt or does not match config.json; the
@@ -364,7 +364,8 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
     load_weights(model, folder, ignore=("speaker_encoder.",), device=device, dtype=dtype)
     megakernel_problem = None
     if megakernel or (megakernel is None and device.type == "cuda" and dtype == torch.bfloat16):
-        from engine.tts.megakernel import MegakernelUnavailable, attach
+        from engine.tts.kernels.build import MegakernelUnavailable
+        from engine.tts.kernels.megakernel import attach
 
         try:
             attach(model)
@@ -386,7 +387,7 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
             f"{config.talker.decoder.vocab_size}); the speech tokenizer belongs to another model"
         )
     if model.frame_kernel is not None:  # the megakernel's extension is built: the codec's elementwise chains run in it
-        from engine.tts.megakernel import attach_codec
+        from engine.tts.kernels.fused import attach_codec
 
         attach_codec(codec)
     if device.type == "cuda":  # the codec's stream call: one CUDA graph per chunk length, every length stream()'s

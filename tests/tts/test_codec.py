@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 
 from engine.errors import ModelFilesError
 from engine.tts.codec import Attention, CodecConfig, CodecDecoder, SnakeBeta, StreamState, load_codec
-from engine.tts.megakernel import attach_codec
+from engine.tts.kernels.fused import attach_codec
 from engine.tts.model import MLP, RMSNorm
 from engine.tts.testing import codec_files
 from engine.tts.testing.codec_files import codec_config, randomize_decoder, write_codec_folder
@@ -261,7 +261,7 @@ def test_cuda_bfloat16_stream_tracks_float32_decode(tiny_folder, codes, full_aud
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_bf16_codec_with_the_megakernel_kernels_streams_as_without(tiny_folder, codes):
-    """With the megakernel's kernels (engine.tts.megakernel.attach_codec: SnakeBeta, RMSNorm and the MLP's activation
+    """With the megakernel's kernels (engine.tts.kernels.fused.attach_codec: SnakeBeta, RMSNorm and the MLP's activation
     in one launch each, gate and up in one GEMM, the attention's q, k and v in one and its RoPE and window in one) the
     bf16 stream, graphs replayed, is the plain decoder's audio but where a rounding step differs: relative RMS
     difference < 1%."""
@@ -301,7 +301,8 @@ def test_cuda_window_prologue_keeps_the_streams_keys_and_values_as_the_attention
     attention_prologue.cu without its norm), grouped heads (tiny: 4 over 2) and the published 16 x 64: over chunks
     of 1, 4 and 3 frames each layer's kept keys and values track the plain ops' (cosine >= 0.9999) and so does the
     audio (relative RMS difference < 1%); norms given by halves are refused."""
-    from engine.tts.megakernel import WindowPrologue, build
+    from engine.tts.kernels.build import build
+    from engine.tts.kernels.fused import WindowPrologue
 
     if size == "tiny":
         plain = load_codec(tiny_folder, device="cuda", dtype=torch.bfloat16)

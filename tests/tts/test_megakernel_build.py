@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from engine.tts import load_tts
-from engine.tts import megakernel
+from engine.tts.kernels import build as kernel_build
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -22,7 +22,7 @@ def test_ninja_is_found_where_the_environment_is_not_activated(monkeypatch):
 
     monkeypatch.setenv("PATH", "/usr/sbin-not-here")  # nothing to run, as in a bare desktop session's PATH
     assert shutil.which("ninja") is None and not is_ninja_available()
-    megakernel._put_ninja_on_path()
+    kernel_build._put_ninja_on_path()
     assert is_ninja_available()
     assert subprocess.run(["ninja", "--version"], capture_output=True, text=True, check=True).stdout.strip()
 
@@ -31,7 +31,7 @@ def test_ninja_is_found_where_the_environment_is_not_activated(monkeypatch):
 def test_without_a_gpu_no_build_is_announced_and_the_engine_names_no_problem(short_checkpoint):
     """No CUDA device: nothing will compile, and a CPU engine (asked for CUDA) has no megakernel problem to tell,
     as the GPU's absence is its own notice."""
-    assert not megakernel.needs_build()
+    assert not kernel_build.needs_build()
     assert load_tts(short_checkpoint, device="cuda").megakernel_problem is None
 
 
@@ -42,9 +42,9 @@ def test_a_cached_build_needs_no_compile(short_checkpoint, monkeypatch):
     finds the library torch wrote in the cache folder."""
     tts = load_tts(short_checkpoint, device="cuda")
     assert tts.megakernel_problem is None and tts.model.frame_kernel is not None
-    assert not megakernel.needs_build()
-    monkeypatch.setattr(megakernel, "_module", None)
-    assert not megakernel.needs_build()
+    assert not kernel_build.needs_build()
+    monkeypatch.setattr(kernel_build, "_module", None)
+    assert not kernel_build.needs_build()
 
 
 @cuda
@@ -57,10 +57,10 @@ def test_without_a_cuda_toolkit_speech_runs_on_pytorch_and_the_engine_says_why(s
     import torch.utils.cpp_extension as cpp_extension
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no extension cached for this user yet
-    monkeypatch.setattr(megakernel, "_module", None)
-    assert megakernel.needs_build()
+    monkeypatch.setattr(kernel_build, "_module", None)
+    assert kernel_build.needs_build()
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", None)
-    assert not megakernel.needs_build()
+    assert not kernel_build.needs_build()
     tts = load_tts(short_checkpoint, device="cuda")
     assert tts.megakernel_problem.startswith("the megakernel could not be built (CUDA_HOME")
     assert "\n" not in tts.megakernel_problem and len(tts.megakernel_problem) < 200
@@ -74,8 +74,8 @@ def test_without_a_cuda_toolkit_speech_runs_on_pytorch_and_the_engine_says_why(s
 def test_an_install_without_the_kernels_sources_says_so(tmp_path, monkeypatch):
     """engine/ installed without csrc/ beside it: no compile is announced, and the build refuses at once and names
     what is missing."""
-    monkeypatch.setattr(megakernel, "_module", None)
-    monkeypatch.setattr(megakernel, "CSRC", tmp_path / "csrc" / "megakernel")
-    assert not megakernel.needs_build()
-    with pytest.raises(megakernel.MegakernelUnavailable, match="sources are not installed .*lacks binding.cpp"):
-        megakernel.build()
+    monkeypatch.setattr(kernel_build, "_module", None)
+    monkeypatch.setattr(kernel_build, "CSRC", tmp_path / "csrc")
+    assert not kernel_build.needs_build()
+    with pytest.raises(kernel_build.MegakernelUnavailable, match="sources are not installed .*lacks binding.cpp"):
+        kernel_build.build()

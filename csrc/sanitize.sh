@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# compute-sanitizer's memcheck and racecheck on the megakernel's launches (GPU machine), on a tiny random
+# compute-sanitizer's memcheck and racecheck on the kernels' launches (GPU machine), on a tiny random
 # checkpoint. Only the named kernel is instrumented, so torch's own stay fast.
 # memcheck: the engine speaks, once on the frame kernel and once (top_p < 1) on the decoder-step kernel, and on
-# the ordinary kernels beside them (the prefill's attention prologue, RMSNorm and SwiGLU, the codec's SnakeBeta).
+# the fused kernels beside them (the prefill's attention prologue, RMSNorm and SwiGLU, the codec's SnakeBeta).
 # racecheck: the two persistent kernels, in a process that runs no cuBLAS GEMM: racecheck does not survive one on
 # this GPU ("Internal Sanitizer Error: failed to handle a hardware exception" at the first Hopper GEMM, before the
 # megakernel ever runs), so the frame kernel's prompt and prefill are made beforehand in a process of their own,
 # and the engine loads without its CUDA graphs (their capture runs GEMMs).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 python3 -m engine.tts.testing make-checkpoint "$dir/tiny" --size tiny >/dev/null
@@ -52,7 +52,7 @@ for kernel in frames_kernel decoder_step_kernel; do
   compute-sanitizer --tool memcheck --kernel-name kns=$kernel --error-exitcode 1 python3 -c "$(speak $top_p)"
   compute-sanitizer --tool racecheck --kernel-name kns=$kernel --error-exitcode 1 python3 -c "$(launch $kernel)"
 done
-# the ordinary kernels: memcheck as the engine speaks (no racecheck: GEMMs run)
+# the fused kernels: memcheck as the engine speaks (no racecheck: GEMMs run)
 for kernel in attention_prologue_kernel snake_kernel rms_norm_kernel swiglu_kernel; do
   compute-sanitizer --tool memcheck --kernel-name kns=$kernel --error-exitcode 1 python3 -c "$(speak 1.0)"
 done

@@ -6,7 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "ordinary.cuh"
+#include "common.cuh"
 #include "params.h"
 
 namespace mk {

@@ -1,4 +1,4 @@
-// What the ordinary kernels (one launch for a chain of eager ops: attention_prologue.cu, rms_norm.cu, snake.cu,
+// What the fused kernels (each one launch for a chain of eager ops: attention_prologue.cu, rms_norm.cu, snake.cu,
 // swiglu.cu) share. No torch headers.
 #pragma once
 

@@ -7,7 +7,8 @@
 #include <string>
 #include <type_traits>
 
-#include "params.h"
+#include "fused/params.h"
+#include "megakernel/params.h"
 
 // TORCH_CHECK with a message built by message() below, never by TORCH_CHECK's own ostream.
 #define MK_CHECK(cond, ...) TORCH_CHECK(cond, message(__VA_ARGS__))

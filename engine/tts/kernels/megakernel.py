@@ -1,0 +1,155 @@
+"""The persistent kernels of csrc/megakernel/: decode frames and one-token steps, each in one launch.
+
+`attach(model)` gives the model a FrameKernel: whole frames (talker step, codec head, sampling, the code predictor's
+15 passes, the next input) in one persistent launch each, the host reading back codes. It also gives the talker's
+and the code predictor's DecoderStack a kernel step, so any other one-token forward of model.py runs its layer stack
+in one launch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from engine.tts.kernels import fused
+from engine.tts.kernels.build import MegakernelUnavailable, build, require_bf16_cuda
+from engine.tts.model import DecoderStack, FrameState, KVCache, Qwen3TTS
+from engine.tts.prompt import TalkerInputs
+from engine.tts.sampling import Sampler, SamplingOptions
+
+MAX_POSITIONS = 16384  # shared memory is planned for attention over this many cached positions
+
+
+def _scratch(n: int, device) -> torch.Tensor:
+    return torch.empty(n, dtype=torch.float32, device=device)
+
+
+class KernelStep:
+    """A DecoderStack's one-token step in the kernel: same weights, same KV cache, fp32 activations."""
+
+    WEIGHTS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+               "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+               "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
+               "self_attn.k_norm.weight")
+
+    def __init__(self, stack: DecoderStack, tokens: int = 1):
+        """tokens: how many tokens the stack's scratch holds (2 for the code predictor, whose frame-kernel pass
+        takes both prefill tokens at once)."""
+        cfg = stack.cfg
+        first = next(stack.parameters())
+        require_bf16_cuda(first)
+        self.module = build()
+        self.cfg = cfg
+        device = first.device
+        params = [dict(layer.named_parameters()) for layer in stack.layers]
+        pointers = [[layer[name].data_ptr() for name in self.WEIGHTS] for layer in params]
+        self.layers = torch.tensor(pointers, dtype=torch.int64, device=device)  # kept alive: the kernel reads it
+        self.scratch = [_scratch(tokens * n, device)
+                        for n in (cfg.hidden_size, (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim,
+                                  cfg.num_heads * cfg.head_dim, cfg.intermediate_size)]
+        dims = [cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim]
+        self.stack = self.module.stack(self.layers, dims, cfg.rms_norm_eps, cfg.rope_theta, stack.norm.weight,
+                                       *self.scratch, tokens)
+        self.blocks = self.module.plan_step_blocks(self.stack, MAX_POSITIONS)
+
+    def __call__(self, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """x (1, hidden) -> final-normed hidden (1, hidden) in x's dtype; writes K/V at cache.length."""
+        if cache.capacity > MAX_POSITIONS:
+            raise RuntimeError(f"KV cache of {cache.capacity} positions exceeds the kernel's {MAX_POSITIONS}")
+        out = _scratch(self.cfg.hidden_size, x.device)
+        self.module.decoder_step(self.stack, cache.k, cache.v, cache.length, x.reshape(-1).float().contiguous(), out,
+                                 self.blocks)
+        cache.length += 1
+        return out.to(x.dtype)[None]
+
+
+class FrameKernel:
+    """Whole decode frames in one launch each: talker step, codec head, sampling, the code predictor's
+    15 passes and the next input's embedding sum, all on the device (csrc/megakernel/frame.cuh).
+
+    Sampling equals engine/tts/sampling.py's Sampler (the same counter-based Gumbel noise) for top_p = 1,
+    the official default; other top_p values keep the PyTorch loop (`supports`).
+    """
+
+    def __init__(self, model: Qwen3TTS, talker: KernelStep, predictor: KernelStep):
+        t = model.talker
+        cp = t.code_predictor
+        device = t.codec_head.weight.device
+        self.module, self.cfg = talker.module, t.cfg
+        self._steps = (talker, predictor)  # their stacks' layer tables and scratch stay alive with this object
+        self._tables = [t.model.codec_embedding.weight, *(e.weight for e in cp.model.codec_embedding)]
+        pointer_table = lambda ts: torch.tensor([x.data_ptr() for x in ts], dtype=torch.int64, device=device)  # noqa: E731
+        self._heads = pointer_table([h.weight for h in cp.lm_head])
+        self._embeddings = pointer_table(self._tables)
+        proj = cp.small_to_mtp_projection
+        projected = isinstance(proj, torch.nn.Linear)
+        H, Hp = self.cfg.decoder.hidden_size, self.cfg.predictor.hidden_size
+        self.talker_in = _scratch(H, device)
+        self.hidden = _scratch(H, device)
+        # logits, talker_in, and the predictor's inputs for its two-token first pass (predictor_in, predictor_src)
+        self._scratch = [_scratch(max(self.cfg.decoder.vocab_size, self.cfg.predictor.vocab_size), device),
+                         self.talker_in, _scratch(2 * Hp, device), _scratch(2 * H, device)]
+        self.params = self.module.frames(talker.stack, predictor.stack, t.codec_head.weight, self._heads,
+                                         self.cfg.predictor.vocab_size, self._embeddings,
+                                         proj.weight if projected else None, proj.bias if projected else None,
+                                         *self._scratch)
+        self.predictor_cache = KVCache(self.cfg.predictor, len(self._tables), device, torch.bfloat16)
+        self.frames_done = torch.empty(1, dtype=torch.int32, device=device)
+        self.blocks = self.module.plan_frame_blocks(self.params, MAX_POSITIONS)
+
+    @staticmethod
+    def supports(options: SamplingOptions) -> bool:
+        return options.top_p == 1.0 and options.predictor_top_p == 1.0
+
+    def run(self, state: FrameState, sampler: Sampler, inputs: TalkerInputs, cap: int, cancelled,
+            per_launch: int = 1) -> Iterator[torch.Tensor]:
+        """Codes (16,) of each frame from `state` (just after begin()) until EOS, `cap` frames, or cancel.
+
+        The first launch runs one frame (the lowest latency to first audio), later ones `per_launch`.
+        """
+        if state.cache.capacity > MAX_POSITIONS:
+            raise RuntimeError(f"KV cache of {state.cache.capacity} positions exceeds the kernel's {MAX_POSITIONS}")
+        o, cache = sampler.options, state.cache
+        self.hidden.copy_(state.hidden.float())
+        advance = False
+        while state.frame < cap and not cancelled.is_set():
+            n = 1 if state.frame == 0 else min(per_launch, cap - state.frame)
+            codes = torch.empty((n, len(self._tables)), dtype=torch.int64, device=self.hidden.device)
+            self.module.run_frames(
+                self.params, cache.k, cache.v, self.predictor_cache.k, self.predictor_cache.v, cache.length, advance,
+                state.frame, sampler.min_frames, sampler.eos_id, sampler.seed, o.repetition_penalty, o.temperature,
+                o.top_k, o.predictor_temperature, o.predictor_top_k, sampler.suppress.view(torch.uint8),
+                sampler.seen.view(torch.uint8), inputs.text_inputs(state.frame, n), self.hidden, codes,
+                self.frames_done, self.blocks)
+            done = int(self.frames_done.item())
+            # talker steps taken: one before each frame but the launch's first (unless advancing),
+            # and the EOS frame's too
+            ran = done + (done < n)
+            cache.length += ran - 1 + advance
+            for i in range(done):
+                state.frame += 1
+                yield codes[i]
+            if done < n:
+                return
+            advance = True
+
+
+def attach(model: Qwen3TTS) -> None:
+    """Run every single-token step of the talker and the code predictor in the kernel, and give the model a
+    FrameKernel (model.frame_kernel) for whole frames; the fused kernels (fused.attach) first.
+
+    Raises:
+        MegakernelUnavailable: no CUDA GPU of compute capability 8.0+, no compiler, non-bf16 weights, or a model
+            beyond the kernel's limits (csrc/megakernel/params.h); the decode steps then stay on PyTorch, the fused
+            kernels attached all the same.
+    """
+    fused.attach(model)  # first: it moves the q/k/v and gate/up weights, whose addresses the kernel steps keep
+    talker, predictor = model.talker.model, model.talker.code_predictor.model
+    try:
+        steps = KernelStep(talker), KernelStep(predictor, tokens=2)
+        frame_kernel = FrameKernel(model, *steps)
+    except RuntimeError as e:  # the binding refuses what the kernel was not planned for: too wide, too many layers
+        raise MegakernelUnavailable(f"the megakernel does not run this model ({str(e).splitlines()[0]})") from None
+    talker.kernel_step, predictor.kernel_step = steps
+    model.frame_kernel = frame_kernel
