@@ -91,6 +91,9 @@ def sweep_streams(tts, text: str, seeds: int) -> tuple[int, int, int]:
             for chunk in tts.stream(text, tts.speakers[0], seed=seed):
                 frames += chunk.codes.shape[0]
                 leaked += int(((chunk.codes < 0) | (chunk.codes >= codebook)).sum())
+            if (seed + 1) % 1000 == 0:  # a run cut off part-way still says how far it got
+                print(f"... {seed + 1:,} seeds: {frames:,} frames, {refusals.count} refused, {leaked} out of range",
+                      flush=True)
     finally:
         logging.getLogger("engine.tts.stream").removeHandler(refusals)
     return frames, refusals.count, leaked
