@@ -11,6 +11,7 @@ range that got through.
 
     python bench/sampling_sweep.py --seeds 10000
     python bench/sampling_sweep.py --seeds 10000 --device cuda
+    python bench/sampling_sweep.py --seeds 2500 --first-seed 2500 --device cuda   # a quarter, beside the others
 """
 
 from __future__ import annotations
@@ -52,12 +53,12 @@ def record_logits(tts, text: str, utterances: int) -> list[torch.Tensor]:
     return [torch.stack(r) for r in recordings]
 
 
-def sweep_sampler(tts, recordings: list[torch.Tensor], seeds: int) -> tuple[int, list[tuple[int, int, int]]]:
-    """(draws, invalid picks as (seed, frame, code)) of `seeds` whole utterances through the Sampler."""
+def sweep_sampler(tts, recordings: list[torch.Tensor], seeds: range) -> tuple[int, list[tuple[int, int, int]]]:
+    """(draws, invalid picks as (seed, frame, code)) of whole utterances through the Sampler, one a seed."""
     talker = tts.config.talker
     suppress = tts._suppress.cpu()
     draws, invalid = 0, []
-    for seed in range(seeds):
+    for seed in seeds:
         sampler = Sampler(tts.default_sampling, seed, talker.decoder.vocab_size, talker.codec_eos_id, suppress)
         for frame, logits in enumerate(recordings[seed % len(recordings)]):
             code = int(sampler.talker(logits, frame))
@@ -80,19 +81,19 @@ class _Refusals(logging.Handler):
         self.count += "outside the codec's" in record.getMessage()
 
 
-def sweep_streams(tts, text: str, seeds: int) -> tuple[int, int, int]:
-    """(frames, frames the guard refused, codes out of range that got through) of `seeds` whole streams."""
+def sweep_streams(tts, text: str, seeds: range) -> tuple[int, int, int]:
+    """(frames, frames the guard refused, codes out of range that got through) of whole streams, one a seed."""
     refusals = _Refusals()
     logging.getLogger("engine.tts.stream").addHandler(refusals)
     codebook = tts.codec.config.codebook_size
     frames = leaked = 0
     try:
-        for seed in range(seeds):
+        for done, seed in enumerate(seeds, 1):
             for chunk in tts.stream(text, tts.speakers[0], seed=seed):
                 frames += chunk.codes.shape[0]
                 leaked += int(((chunk.codes < 0) | (chunk.codes >= codebook)).sum())
-            if (seed + 1) % 1000 == 0:  # a run cut off part-way still says how far it got
-                print(f"... {seed + 1:,} seeds: {frames:,} frames, {refusals.count} refused, {leaked} out of range",
+            if done % 1000 == 0:  # a run cut off part-way still says how far it got
+                print(f"... {done:,} seeds: {frames:,} frames, {refusals.count} refused, {leaked} out of range",
                       flush=True)
     finally:
         logging.getLogger("engine.tts.stream").removeHandler(refusals)
@@ -102,6 +103,7 @@ def sweep_streams(tts, text: str, seeds: int) -> tuple[int, int, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=10_000)
+    parser.add_argument("--first-seed", type=int, default=0, help="the sweep's seeds are first..first + seeds - 1")
     parser.add_argument("--text", default="Hi.", help="each utterance's text (its length sets the runaway cap)")
     parser.add_argument("--utterances", type=int, default=8, help="CPU: real streams whose logits are replayed")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -114,17 +116,19 @@ def main() -> None:
         write_checkpoint(folder, "tiny", seed=0)
     tts = load_tts(folder, device=args.device)
     t0 = time.perf_counter()
-    print(f"| figure | value |\n|---|---|\n| device | {tts.device} |\n| seeds | {args.seeds:,} |")
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    print(f"| figure | value |\n|---|---|\n| device | {tts.device} |\n"
+          f"| seeds | {len(seeds):,} ({seeds.start}..{seeds.stop - 1}) |")
     mode = args.mode or ("replay" if tts.device.type == "cpu" else "streams")
     if mode == "replay":
         recordings = record_logits(tts, args.text, args.utterances)
-        draws, invalid = sweep_sampler(tts, recordings, args.seeds)
+        draws, invalid = sweep_sampler(tts, recordings, seeds)
         print(f"| recorded frames an utterance | {', '.join(str(len(r)) for r in recordings)} |")
         print(f"| codebook-0 draws | {draws:,} |\n| invalid picks | {len(invalid):,} |")
         if invalid:
             print(f"| first (seed, frame, code) | {invalid[:3]} |")
     else:
-        frames, refused, leaked = sweep_streams(tts, args.text, args.seeds)
+        frames, refused, leaked = sweep_streams(tts, args.text, seeds)
         print(f"| frames | {frames:,} |\n| frames refused by the guard | {refused:,} |\n| codes out of range heard | "
               f"{leaked:,} |\n| megakernel | {tts.model.frame_kernel is not None} |")
     print(f"| wall time | {time.perf_counter() - t0:.0f} s |")
