@@ -39,3 +39,22 @@ def test_showing_the_window_imports_no_engine_library(tmp_path):
     loaded = {name.split(".")[0] for name in report["modules"]}
     assert "PySide6" in loaded and "app" in loaded
     assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_a_missing_x11_library_is_named_with_its_package_before_qt_aborts(monkeypatch, capsys):
+    """On X11 without a library Qt's xcb plugin needs (libxcb-cursor0 on a fresh Debian), Qt aborts with a core
+    dump; parley-app says which package to install and exits 1 instead. The lookup is the real one (ldconfig's
+    cache), of a library no machine has."""
+    from app import main as entry
+
+    monkeypatch.setattr(entry, "X11_LIBRARIES", {"c": "libc6", "xcb-nothing-9": "libxcb-nothing9"})
+    monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    assert entry.main([]) == 1
+    err = capsys.readouterr().err
+    assert "needs system libraries that are not installed: libxcb-nothing9." in err
+    assert "sudo apt install libxcb-nothing9" in err and "libc6" not in err  # found: not named
+    # another platform asked for: Qt loads no xcb library, so nothing is checked
+    assert entry.missing_x11_packages(["-platform", "offscreen"]) == []
+    monkeypatch.setenv("WAYLAND_DISPLAY", "wayland-0")
+    assert entry.missing_x11_packages([]) == []
