@@ -111,8 +111,10 @@ class _Download(QObject):
         from engine.downloads import download_model
 
         try:
-            download_model(self.kind.repo_id, self.kind.download_folder(), files=self.kind.files,
-                           progress=self.progress.emit, cancel=self.cancel)
+            # the folder is there only when the page offered to download a damaged model again
+            folder = self.kind.download_folder()
+            download_model(self.kind.repo_id, folder, files=self.kind.files, progress=self.progress.emit,
+                           cancel=self.cancel, replace=folder.exists())
         except Exception as e:  # shown in the row; the page decides how
             self.failed.emit(self.kind.kind, e)
         else:
@@ -185,7 +187,11 @@ class ModelRow(QFrame):
         self.where.setToolTip("" if found.path else found.where)
         self.download_button.setProperty("primary", state in ("missing", "damaged"))
         self.auto_button.setVisible(bool(setting))
-        self.download_button.setVisible(not downloading and not self.kind.download_folder().exists())
+        # a damaged download is fetched again in place; a good one needs no button, nor does one chosen elsewhere
+        again = (state == "damaged" and self.kind.download_folder().exists()
+                 and (not setting or Path(setting) == self.kind.downloaded_path()))
+        self.download_button.setText(f"Download {self.kind.offer} again" if again else f"Download {self.kind.offer}")
+        self.download_button.setVisible(not downloading and (again or not self.kind.download_folder().exists()))
         for widget in (self.bar, self.bar_text, self.cancel_button):
             widget.setVisible(downloading)
         if downloading:

@@ -4,7 +4,9 @@ huggingface_hub does the fetching (`hf_hub_download` into a local folder, which 
 `.incomplete` files), in a child process: cancel then stops a download at once, whichever transfer
 backend the hub picked (plain HTTP or hf_xet), and the parent reports progress from the bytes on disk.
 Files land in `<target>.partial/`, renamed to `target` once every file is in, so a model folder under
-its final name is always complete; a cancelled or failed download resumes from there next time.
+its final name is always complete; a cancelled or failed download resumes from there next time (one that fetched
+nothing, as without a network, leaves no folder behind). A damaged model is downloaded again beside itself and
+replaced only once the new copy is complete.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def download_command(repo_id: str, target: Path | str, files: Sequence[str] | No
 def download_model(repo_id: str, target: Path | str, *, files: Sequence[str] | None = None,
                    revision: str | None = None, endpoint: str | None = None,
                    progress: Callable[[int, int], None] | None = None,
-                   cancel: threading.Event | None = None, poll_s: float = 0.2) -> Path:
+                   cancel: threading.Event | None = None, poll_s: float = 0.2, replace: bool = False) -> Path:
     """Download a hub repository (or some of its files) into the folder `target`.
 
     Blocks until done; call it from a worker thread. Files already fetched (by a download that was
@@ -56,7 +58,7 @@ def download_model(repo_id: str, target: Path | str, *, files: Sequence[str] | N
 
     Args:
         repo_id: "owner/name" of a model repository.
-        target: the folder to create; it must not exist yet.
+        target: the folder to create; it must not exist yet, unless `replace`.
         files: paths inside the repository to fetch; None fetches all of them.
         revision: a branch, tag or commit; None is the repository's default branch.
         endpoint: the hub's address; None is huggingface_hub's default ($HF_ENDPOINT or huggingface.co).
@@ -64,6 +66,8 @@ def download_model(repo_id: str, target: Path | str, *, files: Sequence[str] | N
             seconds; total_bytes is 0 until the hub has said how much there is.
         cancel: set it (from any thread) to stop the download within poll_s seconds.
         poll_s: how often progress and cancel are checked.
+        replace: download again over an existing `target` (a damaged model), which stays as it is until the new
+            copy is complete.
 
     Returns:
         target, complete.
@@ -71,11 +75,11 @@ def download_model(repo_id: str, target: Path | str, *, files: Sequence[str] | N
     Raises:
         NoNetworkError: the hub cannot be reached; the message says what to run on another machine.
         DownloadCancelled: cancel was set.
-        DownloadError: the repository or a file does not exist, `target` exists, the disk is full,
-            or the download stopped for another reason; the message names it.
+        DownloadError: the repository or a file does not exist, `target` exists (without `replace`), the disk
+            is full, or the download stopped for another reason; the message names it.
     """
     target = Path(target).expanduser()
-    if target.exists():
+    if target.exists() and not replace:
         raise DownloadError(f"{target} already exists; choose it as the model folder, "
                             "or move it aside to download again")
     partial = target.with_name(target.name + ".partial")
@@ -108,12 +112,24 @@ def download_model(repo_id: str, target: Path | str, *, files: Sequence[str] | N
                 progress(_done_bytes(partial, sizes), sum(sizes.values()))
             if kind == "done":
                 break
+    except DownloadError:
+        _stop(child)
+        if _done_bytes(partial, sizes) == 0:  # nothing to resume from
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
     finally:
         _stop(child)
         messages.close()
     # the hub's bookkeeping (etags, locks) is only needed to resume; the model folder stays clean
     shutil.rmtree(partial / ".cache", ignore_errors=True)
-    os.replace(partial, target)
+    if target.exists():  # replace: the damaged copy goes once the new one is complete
+        old = target.with_name(target.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        os.replace(partial, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(partial, target)
     return target
 
 

@@ -76,6 +76,7 @@ def test_no_network_says_which_command_to_run_elsewhere(tmp_path):
         download_model(REPO, target, endpoint=f"http://127.0.0.1:{port}")
     assert "no network" in str(err.value)
     assert download_command(REPO, target) in str(err.value)
+    assert not target.exists() and not (tmp_path / "m.partial").exists()  # nothing fetched, nothing left behind
     assert download_command(REPO, target) == f"hf download {REPO} --local-dir {target}"
 
 
@@ -86,7 +87,7 @@ def test_unknown_repository_and_file_are_named_in_the_error(tmp_path):
             download_model("parley-test/nothing-here", tmp_path / "a", endpoint=hub.url)
         with pytest.raises(DownloadError, match="model.gguf not in parley-test/tiny-model; it has: config.json"):
             download_model(REPO, tmp_path / "b", files=["model.gguf"], endpoint=hub.url)
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert not [p.name for p in tmp_path.iterdir()]  # no target, no empty .partial
 
 
 def test_an_existing_target_is_never_overwritten(tmp_path):
@@ -96,3 +97,23 @@ def test_an_existing_target_is_never_overwritten(tmp_path):
     with pytest.raises(DownloadError, match="already exists"):
         download_model(REPO, tmp_path / "m", endpoint="http://127.0.0.1:9")
     assert (tmp_path / "m" / "mine.txt").read_text() == "keep"
+
+
+def test_replace_downloads_a_damaged_model_again_and_swaps_it_in_once_complete(tmp_path):
+    """replace=True fetches beside the existing folder, which keeps its files until the new copy is whole; then
+    the folder holds exactly the hub's files, and no .partial or .old copy is left."""
+    files = _repo()
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{ damaged")
+    (tmp_path / "m" / "stray.bin").write_bytes(b"x")
+    seen = []
+
+    def progress(done, total):
+        seen.append((tmp_path / "m" / "stray.bin").exists())
+
+    with FakeHub({REPO: files}) as hub:
+        out = download_model(REPO, tmp_path / "m", endpoint=hub.url, replace=True, progress=progress)
+    assert seen and all(seen)  # the old copy stayed while the new one came in
+    assert {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} == set(files)
+    assert (out / "config.json").read_bytes() == files["config.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]

@@ -181,3 +181,26 @@ def test_download_without_a_network_explains_what_to_do(page, qtbot, models_dir,
     qtbot.waitUntil(lambda: "cannot reach the Hugging Face hub" in row.offline.text(), timeout=60_000)
     assert row.offline.isVisible() and f"hf download {DEFAULT_TTS_REPO}" in row.offline.text()
     assert row.state.text() == "Missing" and row.download_button.isVisible()
+
+
+def test_a_damaged_download_is_offered_again_and_replaced(page, qtbot, qsettings, models_dir, tiny_checkpoint,
+                                                          monkeypatch):
+    """A model in Parley's models folder that cannot be read gets "Download … again" (before, the button hid
+    because the folder existed, leaving no way out but the file manager); the new copy replaces it, Ready."""
+    import shutil
+
+    files = _checkpoint_files(tiny_checkpoint)
+    target = models_dir / TTS_FOLDER
+    shutil.copytree(tiny_checkpoint, target)
+    (target / "config.json").write_text("{ not json")
+    page.refresh()
+    row = page.rows["tts"]
+    assert row.state.text() == "Cannot be read"
+    assert row.download_button.isVisible() and row.download_button.text().endswith(" again")
+    with FakeHub({DEFAULT_TTS_REPO: files}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        with qtbot.waitSignal(page.modelsChanged, timeout=60_000):
+            qtbot.mouseClick(row.download_button, Qt.MouseButton.LeftButton)
+    assert _checkpoint_files(target) == files
+    assert row.state.text() == "Ready" and not row.download_button.isVisible()
+    assert sorted(p.name for p in models_dir.iterdir()) == [TTS_FOLDER]
