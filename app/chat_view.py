@@ -4,7 +4,7 @@ the assistant's reply as it grows, with the clause being spoken highlighted.
 The window feeds it the engine's events (engine/events.py); it keeps only what it shows.
 Object names for the style sheet (assets/): QFrame#bubble with the dynamic property role = "user",
 "assistant", "partial" or "notice"; QLabel#bubbleText inside; QLabel#bubbleNote under an interrupted
-or failed reply.
+or failed reply, or typed text Parley said as written.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
 ROLES = ("user", "assistant", "partial", "notice")
+AS_WRITTEN = "said as you typed it"  # the note of a turn in which Parley said the user's text, not a reply
 
 
 class Bubble(QFrame):
-    """One message: its text, and a small note under it ("interrupted", "not sent: ...")."""
+    """One message: its text, and a small note under it ("interrupted", "not sent: ..."), after its tag where it
+    has one (AS_WRITTEN)."""
 
     def __init__(self, role: str, text: str = "", parent: QWidget | None = None):
         super().__init__(parent)
@@ -28,6 +30,7 @@ class Bubble(QFrame):
         self.setObjectName("bubble")
         self.setProperty("role", role)
         self.role = role
+        self.tag = ""
         self.label = QLabel(objectName="bubbleText", wordWrap=True, textFormat=Qt.TextFormat.RichText)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.note = QLabel(objectName="bubbleNote", wordWrap=True)
@@ -55,8 +58,13 @@ class Bubble(QFrame):
         self.label.setText(shown.replace("\n", "<br>"))
 
     def set_note(self, note: str) -> None:
-        self.note.setText(note)
-        self.note.setVisible(bool(note))
+        shown = " · ".join(part for part in (self.tag, note) if part)
+        self.note.setText(shown)
+        self.note.setVisible(bool(shown))
+
+    def set_tag(self, tag: str) -> None:
+        self.tag = tag
+        self.set_note("")
 
 
 class ChatView(QScrollArea):
@@ -105,6 +113,14 @@ class ChatView(QScrollArea):
         self._drop_partial()
         self._reply, self._spoken_to = None, 0
         return self._add("user", text)
+
+    def add_as_written(self, text: str) -> Bubble:
+        """Parley saying the user's typed text as written (not a reply): its bubble, so marked, opens the turn, and the
+        engine's reply_text() and finish_reply() then fill it."""
+        self._drop_partial()
+        self._reply, self._spoken_to = self._add("assistant", text), 0
+        self._reply.set_tag(AS_WRITTEN)
+        return self._reply
 
     def reply_text(self, text: str) -> None:
         """The reply so far (it only grows); the first call opens the assistant bubble."""
@@ -155,6 +171,8 @@ class ChatView(QScrollArea):
             if turn.role == "system":
                 continue
             bubble = self._add("user" if turn.role == "user" else "assistant", turn.text)
+            if turn.as_written:
+                bubble.set_tag(AS_WRITTEN)
             if turn.interrupted:
                 bubble.set_note("interrupted")
 

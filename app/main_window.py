@@ -481,7 +481,8 @@ class MainWindow(QMainWindow):
     def _speak(self, text: str) -> None:
         if self._not_ready():
             return
-        self.message.clear()  # Parley says it: the engine's ReplyText shows it as Parley's bubble
+        self.message.clear()
+        self.chat.add_as_written(text)  # Parley's bubble, marked: what it says is the user's text, not a reply
         self.speak_requested.emit(text)
 
     def _not_ready(self) -> bool:

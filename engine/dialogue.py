@@ -324,8 +324,8 @@ class Dialogue:
     def say(self, text: str, emit: Emit | None = None) -> TurnResult:
         """A speak-only turn: `text` goes clause by clause straight to the TTS and the player; stop() cuts it.
 
-        The LLM writes nothing; the text is saved as an assistant turn (cut to what was heard, as a
-        reply is) and what was heard joins the LLM's history, so later replies know it was said.
+        The LLM writes nothing; the text is saved as an assistant turn marked as_written (cut to what was heard, as
+        a reply is) and what was heard joins the LLM's history, so later replies know it was said.
 
         Raises:
             InputTextError: nothing speakable in `text` (empty, or only markup and emoji).
@@ -465,7 +465,7 @@ class Dialogue:
             self.chat.history = self.chat.history + [{"role": "assistant", "content": heard_text}]
         if reply_text.strip():
             self._save(Turn("assistant", reply_text, heard_text=heard_text if interrupted else None,
-                            interrupted=interrupted, metrics=metrics.as_dict()), notice)
+                            interrupted=interrupted, as_written=not llm, metrics=metrics.as_dict()), notice)
         if error is not None:
             raise error
         return TurnResult(user_text if llm else "", reply_text, heard_text, interrupted, metrics)

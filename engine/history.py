@@ -28,7 +28,7 @@ __all__ = ["Conversation", "ConversationRef", "ConversationSummary", "HistorySto
            "history_path"]
 
 ROLES = ("system", "user", "assistant")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: turns.as_written
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY,
@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS turns (
     text TEXT NOT NULL,          -- what was written (the LLM's whole reply, or the transcript)
     heard_text TEXT,             -- what was actually spoken before a barge-in, else NULL
     interrupted INTEGER NOT NULL DEFAULT 0,
+    as_written INTEGER NOT NULL DEFAULT 0,  -- an assistant turn that said the user's typed text, not a reply
     created_at REAL NOT NULL,
     metrics TEXT NOT NULL DEFAULT '{}'   -- JSON: latency figures of this turn (engine/metrics.py)
 );
@@ -75,6 +76,8 @@ class Turn:
     text: what was said or written in full.
     heard_text: for an assistant turn cut off by barge-in, the part the user actually heard.
     interrupted: True when the user barged in on this turn.
+    as_written: an assistant turn that said the user's typed text as written (Ctrl+Enter, `Dialogue.say`), not
+        a reply of the LLM's.
     created_at: unix seconds.
     metrics: latency figures for the turn (names and units as in engine/metrics.py).
     """
@@ -83,6 +86,7 @@ class Turn:
     text: str
     heard_text: str | None = None
     interrupted: bool = False
+    as_written: bool = False
     created_at: float = field(default_factory=time.time)
     metrics: Mapping[str, float] = field(default_factory=dict)
 
@@ -223,6 +227,8 @@ class HistoryStore:
                     f"{self.path}: history schema version {version} is newer than this Parley's "
                     f"({SCHEMA_VERSION}); update Parley or use another profile"
                 )
+            if version == 1:  # a history from before turns said as written were marked: none of them is
+                db.executescript("BEGIN; ALTER TABLE turns ADD COLUMN as_written INTEGER NOT NULL DEFAULT 0; COMMIT;")
             db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
         except sqlite3.DatabaseError as e:
             db.close()
@@ -333,10 +339,10 @@ class HistoryStore:
         if row is None:  # deleted by another window since add_turn checked: nothing to attach it to
             return
         self._db.execute(
-            "INSERT INTO turns (conversation_id, role, text, heard_text, interrupted, created_at, metrics)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (conversation_id, turn.role, turn.text, turn.heard_text, int(turn.interrupted), turn.created_at,
-             json.dumps(dict(turn.metrics))),
+            "INSERT INTO turns (conversation_id, role, text, heard_text, interrupted, as_written, created_at, metrics)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (conversation_id, turn.role, turn.text, turn.heard_text, int(turn.interrupted), int(turn.as_written),
+             turn.created_at, json.dumps(dict(turn.metrics))),
         )
         title = row[0] or (" ".join(turn.text.split())[:60] if turn.role == "user" else "")
         self._db.execute(
@@ -413,23 +419,24 @@ class HistoryStore:
             ids = [s.id for s in self.list_conversations()][:20]
             raise HistoryError(f"no conversation {conversation_id} in {self.path}; it has: {ids or 'none'}")
         rows = self._read(
-            "SELECT role, text, heard_text, interrupted, created_at, metrics FROM turns"
+            "SELECT role, text, heard_text, interrupted, as_written, created_at, metrics FROM turns"
             " WHERE conversation_id = ? ORDER BY id",
             (conversation_id,),
         )
-        turns = [Turn(r, t, h, bool(i), c, json.loads(m)) for r, t, h, i, c, m in rows]
+        turns = [Turn(r, t, h, bool(i), bool(w), c, json.loads(m)) for r, t, h, i, w, c, m in rows]
         turns += [t for ref, t in list(self._pending) if ref.id == conversation_id]
         return Conversation(*head[0], turns=tuple(turns))
 
     def export_text(self, conversation_id: int) -> str:
         """A conversation as plain text: a title line, when it began (local time), then one "You:" / "Parley:"
-        paragraph per turn; an interrupted reply says how much of it was heard."""
+        paragraph per turn ("Parley (said as you typed it):" for typed text Parley said); an interrupted reply says
+        how much of it was heard."""
         conv = self.open_conversation(conversation_id)
         names = {"system": "System", "user": "You", "assistant": "Parley"}
         began = datetime.fromtimestamp(conv.created_at)
         lines = [conv.title or f"Conversation {conv.id}", f"{began.day} {began:%b %Y, %H:%M}", ""]
         for t in conv.turns:
-            line = f"{names[t.role]}: {t.text}"
+            line = f"{names[t.role]}{' (said as you typed it)' if t.as_written else ''}: {t.text}"
             if t.interrupted:
                 line += (f"\n  [interrupted; heard up to: “{t.heard_text}”]" if t.heard_text else
                          "\n  [interrupted before any of it was heard]")
@@ -446,7 +453,7 @@ class HistoryStore:
             "updated_at": _iso(conv.updated_at),
             "turns": [
                 {"role": t.role, "text": t.text, "heard_text": t.heard_text, "interrupted": t.interrupted,
-                 "created_at": _iso(t.created_at), "metrics": dict(t.metrics)}
+                 "as_written": t.as_written, "created_at": _iso(t.created_at), "metrics": dict(t.metrics)}
                 for t in conv.turns
             ],
         }

@@ -135,9 +135,46 @@ def test_export_json_has_every_field(store):
     assert doc["title"] == "What is the capital of France?"
     assert doc["turns"][1] == {
         "role": "assistant", "text": "Paris is the capital. It has many museums.",
-        "heard_text": "Paris is the capital.", "interrupted": True, "created_at": "1970-01-01T00:16:41.000Z",
-        "metrics": {"ttfc_ms": 80.0, "llm_ttft_ms": 40.0},
+        "heard_text": "Paris is the capital.", "interrupted": True, "as_written": False,
+        "created_at": "1970-01-01T00:16:41.000Z", "metrics": {"ttfc_ms": 80.0, "llm_ttft_ms": 40.0},
     }
+
+
+def test_typed_text_parley_said_is_marked_not_taken_for_a_reply(store):
+    """A turn that said the user's typed text (Ctrl+Enter) reads as such in the exports and the round trip; the report
+    found it saved as a plain "Parley:" reply."""
+    cid = store.new_conversation()
+    store.add_turn(cid, Turn("assistant", "Hello there, this is a test.", as_written=True))
+    store.add_turn(cid, Turn("assistant", "A reply."))
+    assert [t.as_written for t in store.open_conversation(cid).turns] == [True, False]
+    lines = store.export_text(cid).splitlines()
+    assert "Parley (said as you typed it): Hello there, this is a test." in lines and "Parley: A reply." in lines
+    assert [t["as_written"] for t in json.loads(store.export_json(cid))["turns"]] == [True, False]
+
+
+def test_a_history_from_before_as_written_opens_and_its_turns_are_replies(tmp_path):
+    """A schema-1 file (written before turns said as typed were marked) gains the column on open, keeps its turns
+    as replies, and takes marked ones from then on."""
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.executescript("""
+            CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, created_at REAL NOT NULL,
+                                        updated_at REAL NOT NULL);
+            CREATE TABLE turns (id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL REFERENCES conversations(id)
+                                ON DELETE CASCADE, role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+                                text TEXT NOT NULL, heard_text TEXT, interrupted INTEGER NOT NULL DEFAULT 0,
+                                created_at REAL NOT NULL, metrics TEXT NOT NULL DEFAULT '{}');
+            INSERT INTO conversations VALUES (1, 'Old', 1000.0, 1001.0);
+            INSERT INTO turns (conversation_id, role, text, created_at)
+                VALUES (1, 'assistant', 'Said long ago.', 1001.0);
+            PRAGMA user_version = 1;
+        """)
+    with HistoryStore(path) as store:
+        store.add_turn(1, Turn("assistant", "Typed today.", as_written=True))
+        turns = store.open_conversation(1).turns
+    assert [(t.text, t.as_written) for t in turns] == [("Said long ago.", False), ("Typed today.", True)]
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
 
 
 def test_delete_removes_the_conversation_and_its_turns(store, tmp_path):

@@ -122,6 +122,7 @@ def test_turns_spoken_before_the_conversation_could_be_created_are_kept(dialogue
     dialogue.say("Here is the news.")
     cid = dialogue.conversation_id
     assert turns_in_file(path) == [(cid, "assistant", "Good morning."), (cid, "assistant", "Here is the news.")]
+    assert all(t.as_written for t in dialogue.history.open_conversation(cid).turns)  # said as typed, not replies
     assert len(dialogue.history.list_conversations()) == 1
 
 

@@ -71,6 +71,20 @@ def test_a_saved_conversation_is_shown_turn_by_turn(qtbot):
     view.show_turns([Turn("user", "Hi"), Turn("assistant", "Hello there, how", heard_text="Hello", interrupted=True)])
     assert roles(view) == [("user", "Hi"), ("assistant", "Hello there, how")]
     assert view.bubbles[-1].note.text() == "interrupted"
+    view.show_turns([Turn("assistant", "Read this out.", as_written=True), Turn("assistant", "A reply.")])
+    assert [b.note.text() for b in view.bubbles] == ["said as you typed it", ""]
+
+
+def test_typed_text_parley_says_is_marked_as_such_through_the_turn(qtbot):
+    """Ctrl+Enter's bubble is Parley's, marked "said as you typed it" from the start; the engine's text fills it, and
+    an interruption adds to the mark rather than replacing it."""
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.add_as_written("Read this out, please.")
+    view.reply_text("Read this out, please.")
+    assert roles(view) == [("assistant", "Read this out, please.")]
+    view.finish_reply("Read this out, please.", interrupted=True)
+    assert view.bubbles[-1].note.text() == "said as you typed it · interrupted"
 
 
 def test_an_empty_conversation_says_what_to_do_until_the_first_turn(qtbot):

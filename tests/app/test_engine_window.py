@@ -5,6 +5,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.main_window import MainWindow
+from engine.history import HistoryStore
 from tests.conftest import QUESTION, QUESTION_WORD
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the README's install builds it)")
@@ -39,7 +40,7 @@ def type_and_send(qtbot, window, text):
     qtbot.keyClick(window.message, Qt.Key.Key_Return)
 
 
-def test_first_run_typing_stop_push_to_talk_and_close(window, qtbot, short_checkpoint, user_mic, speak):
+def test_first_run_typing_stop_push_to_talk_and_close(window, qtbot, short_checkpoint, user_mic, speak, tmp_path):
     """The Models page opens when the speech model is missing; once chosen the engine loads, a typed turn is
     answered aloud with the meter filled in, Esc interrupts the next reply, holding Space while speaking
     makes a voice turn (transcript, reply, STT and voice-to-voice figures), and closing stops it all."""
@@ -80,5 +81,16 @@ def test_first_run_typing_stop_push_to_talk_and_close(window, qtbot, short_check
     assert window.meter.values["stt_ms"][0].text().endswith(" ms")
     assert window.meter.values["voice_to_voice_ms"][0].text().endswith(" ms")
 
+    window.message.setPlainText("Please read this out.")
+    qtbot.keyClick(window.message, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)  # say it as written
+    qtbot.waitUntil(lambda: "turn 4" in window.meter.turns.text() and window.state == "idle", timeout=TURN_MS)
+    said = window.chat.bubbles[-1]
+    assert (said.role, said.text, said.note.text()) == ("assistant", "Please read this out.", "said as you typed it")
+    assert len(window.chat.bubbles) == 7  # one bubble: Parley's, filled by the engine, not a second one
+
     window.close()
     assert not window._thread.isRunning()
+    with HistoryStore(tmp_path / "history.sqlite3") as history:  # saved as said, not as a reply
+        (conversation,) = history.list_conversations()
+        last = history.open_conversation(conversation.id).turns[-1]
+    assert (last.text, last.as_written) == ("Please read this out.", True)

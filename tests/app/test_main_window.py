@@ -44,7 +44,9 @@ def test_enter_sends_the_text_and_ctrl_enter_only_speaks_it(window, qtbot):
     with qtbot.waitSignal(window.speak_requested) as spoken:
         qtbot.keyClick(window.message, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     assert spoken.args == ["Say this."] and window.message.toPlainText() == ""
-    assert len(window.chat.bubbles) == 1  # no user bubble: Parley's own comes with the engine's ReplyText
+    # no user bubble: Parley's own, marked as the user's text said as written (the engine's ReplyText then fills it)
+    assert [(b.role, b.text, b.note.text()) for b in window.chat.bubbles[1:]] == [
+        ("assistant", "Say this.", "said as you typed it")]
 
     qtbot.keyClicks(window.message, "two")
     qtbot.keyClick(window.message, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
