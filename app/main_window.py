@@ -132,6 +132,7 @@ class MainWindow(QMainWindow):
     apply_requested = Signal(object)  # AssistantConfig
     send_requested = Signal(str)
     speak_requested = Signal(str)
+    preview_requested = Signal(str)  # a voice's id, from the settings' Preview
     press_requested = Signal()
     release_requested = Signal()
     stop_requested = Signal()
@@ -311,6 +312,7 @@ class MainWindow(QMainWindow):
         self.apply_requested.connect(w.apply)
         self.send_requested.connect(w.send)
         self.speak_requested.connect(w.speak)
+        self.preview_requested.connect(w.preview_voice)
         self.press_requested.connect(w.press)
         self.release_requested.connect(w.release)
         self.stop_requested.connect(w.stop)
@@ -658,6 +660,7 @@ class MainWindow(QMainWindow):
 
         dialog = SettingsDialog(self.settings, self.info, self, global_key_problem=self.global_key_problem)
         dialog.saved.connect(self._settings_saved)
+        dialog.preview_requested.connect(self.preview_requested)
         # let go of the talk key while the dialog is open, so that its field can take that very key
         self._release_global_key()
         dialog.finished.connect(self._grab_global_key)

@@ -33,6 +33,7 @@ from app.settings import THEMES, Settings
 from engine.assistant import DEFAULT_VOICE_DESCRIPTION, AssistantInfo
 from engine.errors import AudioDeviceError
 from engine.settings import ENGINE_DEVICES, LISTEN_MODES, LONGEST_PAUSE_MS_RANGE, SILENCE_MS_RANGE
+from engine.tts.voices import describe
 
 DEVICE_DEFAULT = "System default"
 
@@ -48,9 +49,11 @@ class SettingsDialog(QDialog):
 
     Signals:
         saved(): the settings were written.
+        preview_requested(str): play a sample of this voice (the speech model's id for it).
     """
 
     saved = Signal()
+    preview_requested = Signal(str)
 
     def __init__(self, settings: Settings, info: AssistantInfo | None, parent: QWidget | None = None, *,
                  global_key_problem: str | None = None):
@@ -75,14 +78,24 @@ class SettingsDialog(QDialog):
 
     def _voice_tab(self, info: AssistantInfo | None) -> QWidget:
         s = self.settings
-        self.speaker = QComboBox(objectName="speaker")
-        self.speaker.addItem("The model's first voice", "")
-        for name in info.speakers if info else ():
-            self.speaker.addItem(name, name)
+        self.speaker = QComboBox(objectName="speaker", accessibleName="Voice")
+        speakers = info.speakers if info else ()
+        self.speaker.addItem(f"{describe(speakers[0]).name} (the model's first voice)" if speakers else
+                             "The model's first voice", "")
+        for name in speakers:
+            self.speaker.addItem(describe(name).name, name)
         self._select(self.speaker, s.speaker)
+        self.voice_note = QLabel(objectName="hint", wordWrap=True)
+        self.preview = QPushButton("Preview", objectName="previewVoice", accessibleName="Preview the voice")
+        self.preview.setToolTip("Hear a short sample of this voice")
+        self.preview.clicked.connect(lambda: self.preview_requested.emit(self._voice()))
+        self.speaker.currentIndexChanged.connect(self._show_voice)
+        self._first_voice = speakers[0] if speakers else ""
+        self._show_voice()
         if info is not None and info.style_kind == "description":
             # kept as stored, for the next CustomVoice model
             self.speaker.setEnabled(False)
+            self.preview.setEnabled(False)
             self.speaker.setToolTip("This model has no voices of its own: it speaks as the voice description says")
         self.language = QComboBox(objectName="language")
         self.language.addItem("Automatic", "auto")
@@ -104,13 +117,34 @@ class SettingsDialog(QDialog):
             self.style_note.setText("Not available: " + (info.style_unsupported if info else
                                                          "the speech model has not loaded yet."))
         self.output = self._device_box("output", s.output_device)
+        voice = QHBoxLayout()
+        voice.addWidget(self.speaker, 1)
+        voice.addWidget(self.preview)
         form = QFormLayout()
-        form.addRow("Voice", self.speaker)
+        form.addRow("Voice", voice)
+        form.addRow("", self.voice_note)
         form.addRow("Language", self.language)
         form.addRow("Voice description" if kind == "description" else "Speaking style", self.style)
         form.addRow("", self.style_note)
         form.addRow("Speakers", self.output)
         return self._page(form)
+
+    def _voice(self) -> str:
+        """The chosen voice's id ("" only while no model is loaded)."""
+        return self.speaker.currentData() or self._first_voice
+
+    def _show_voice(self) -> None:
+        """Under the voice: what it sounds like and the language it speaks best; Preview where there is one to hear."""
+        voice = describe(self._voice()) if self._voice() else None
+        self.preview.setEnabled(voice is not None)
+        if voice is None:
+            self.voice_note.setText("The voices are the speech model's; they are listed once it has loaded.")
+        elif voice.description:
+            self.voice_note.setText(f"{voice.description}. Speaks {voice.language} best, and every language "
+                                    "the model knows.")
+        else:
+            self.voice_note.setText("")
+        self.voice_note.setVisible(bool(self.voice_note.text()))
 
     def _listening_tab(self) -> QWidget:
         s = self.settings

@@ -70,6 +70,11 @@ class EngineWorker(QObject):
         """Speak `text` as it is, without the LLM."""
         self._assistant.speak(text)
 
+    @Slot(str)
+    def preview_voice(self, speaker: str) -> None:
+        """A short sample of a voice, from the settings."""
+        self._assistant.preview_voice(speaker)
+
     @Slot()
     def press(self) -> None:
         """Push-to-talk key down."""

@@ -391,6 +391,13 @@ class Assistant:
         """Speak `text` as it is, without the LLM."""
         self.loop.submit_text(text, speak_only=True)
 
+    def preview_voice(self, speaker: str) -> None:
+        """A short sample of the speech model's voice `speaker` (engine/tts/voices.py), after any turn under way;
+        not part of the conversation."""
+        from engine.tts.voices import sample_line
+
+        self.loop.preview(speaker, sample_line(speaker))
+
     def press(self) -> None:
         """Push-to-talk key down."""
         self.loop.press()

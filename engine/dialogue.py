@@ -336,6 +336,29 @@ class Dialogue:
         with self._turn_state() as state:
             return self._turn(state, text, emit, llm=False)
 
+    def preview(self, speaker: str, text: str) -> None:
+        """`text` in the voice `speaker` on the speakers, as the settings' Preview plays it; stop() cuts it short. None
+        of it is saved, measured or told to the LLM.
+
+        Raises:
+            InputTextError: the speech model has no such voice, or nothing in `text` can be spoken.
+            ParleyError: the TTS or the audio device failed.
+            RuntimeError: a turn is running (one at a time).
+        """
+        self.tts.resolve_voice(speaker, self.options.language, self.options.style)
+        with self._turn_state() as state:
+            speech = _Speech(self.tts, self.player, self.options, speaker, state.gate, state.stopped,
+                             lambda _event: None, self._turns)
+            state.speech = speech
+            speech.put(text)
+            speech.finish()
+            speech.join()
+            if speech.error is not None:
+                raise speech.error
+            self._play_out(state, speech)
+            with state.gate:
+                state.played_out = True
+
     def stop(self) -> None:
         """Barge-in, from any thread: cancel the LLM and the TTS and flush the player; a no-op between turns."""
         with self._lock:

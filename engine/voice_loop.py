@@ -26,8 +26,8 @@ import numpy as np
 
 from engine.dialogue import Dialogue, TurnResult
 from engine.errors import AudioDeviceError, InputTextError, ParleyError, user_message
-from engine.events import (BargeIn, DeviceLost, DeviceRestored, Heard, ReplyText, SpeakingClause, StateChanged,
-                           TurnFailed, TurnFinished)
+from engine.events import (BargeIn, DeviceLost, DeviceRestored, Heard, Notice, ReplyText, SpeakingClause,
+                           StateChanged, TurnFailed, TurnFinished)
 from engine.listening import Listener, Mode, VoiceOptions
 from engine.stt.vad import SileroVad
 from engine.subscribers import Subscribers
@@ -53,6 +53,14 @@ class _Typed:
 class _SpeakOnly:
     """Text to speak as it is."""
 
+    text: str
+
+
+@dataclass(frozen=True)
+class _Preview:
+    """A voice's sample, from the settings: no turn, nothing saved."""
+
+    speaker: str
     text: str
 
 
@@ -237,6 +245,11 @@ class VoiceLoop:
         """
         self._jobs.put(_SpeakOnly(text) if speak_only else _Typed(text))
 
+    def preview(self, speaker: str, text: str) -> None:
+        """Queues `text` in the voice `speaker` (Dialogue.preview): after the turns queued before it, and no turn of its
+        own (no TurnFinished, nothing saved); stop() cuts it short, and a failure is a Notice."""
+        self._jobs.put(_Preview(speaker, text))
+
     def stop(self) -> None:
         """Interrupts the running turn at once (playback, TTS and LLM); a BargeIn event if one was running."""
         self.barge_in()
@@ -326,6 +339,9 @@ class VoiceLoop:
             if isinstance(job, _Provisional):
                 self._begin_early(job)
                 continue
+            if isinstance(job, _Preview):
+                self._preview(job)
+                continue
             reply = self._take_early(job)
             self.update(phase="thinking")
             try:
@@ -341,6 +357,15 @@ class VoiceLoop:
                     self._stop_turn = False
                     self.update(phase=None)
             self._check_speakers()  # a turn that lost them announces it at once
+
+    def _preview(self, job: _Preview) -> None:
+        self.update(phase="speaking")
+        try:
+            self.dialogue.preview(job.speaker, job.text)
+        except ParleyError as e:
+            self.emit(Notice(user_message(e), e, "playing the voice's sample"))
+        finally:
+            self.update(phase=None)
 
     def _next_job(self):
         """The next job; while none is queued, the early reply's tokens are generated one by one."""

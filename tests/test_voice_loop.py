@@ -19,8 +19,8 @@ from engine.llm.clauses import ClauseOptions, split_clauses
 from engine.metrics import FIGURES, MetricsRecorder
 from engine.dialogue import Dialogue, DialogueOptions
 from engine.events import (
-    BargeIn, DeviceLost, DeviceRestored, Heard, Level, Measured, Partial, ReplyText, SpeakingClause, SpeechStarted,
-    StateChanged, TurnFailed, TurnFinished,
+    BargeIn, DeviceLost, DeviceRestored, Heard, Level, Measured, Notice, Partial, ReplyText, SpeakingClause,
+    SpeechStarted, StateChanged, TurnFailed, TurnFinished,
 )  # fmt: skip
 from engine.listening import SILENT_DBFS, Mode, VadOptions, VoiceOptions
 from engine.voice_loop import VoiceLoop
@@ -284,8 +284,25 @@ def test_speak_only_text_is_spoken_and_saved_without_the_llm_writing(parts):
     assert finished.metrics.tts_ttfc_ms > 0 and finished.metrics.llm_ttft_ms is None
     assert dialogue.chat.history == [{"role": "assistant", "content": "First part, second part."}]
     (turn,) = saved_turns(dialogue)
-    assert (turn.role, turn.text, turn.interrupted) == ("assistant", "First part, second part.", False)
+    assert (turn.role, turn.text, turn.interrupted, turn.as_written) == (
+        "assistant", "First part, second part.", False, True)
     assert "nothing to speak" in failed.message
+
+
+def test_a_voice_preview_plays_on_the_speakers_and_is_no_turn(parts):
+    """preview() speaks a sample in the voice asked for, through the player, with the loop speaking meanwhile; no
+    turn begins or ends, nothing is saved or told to the LLM; a voice the model lacks is a Notice."""
+    dialogue, mic = parts
+    loop, events = run_loop(dialogue, mic)
+    played = dialogue.player.stats().frames_written
+    with loop:
+        loop.preview("aiden", "Hello, I am Aiden.")
+        loop.preview("nobody", "Hello.")  # runs after the first has played out
+        notice = events.wait_for(Notice)
+    assert dialogue.player.stats().frames_written > played and "speaking" in events.states()
+    assert not events.of(TurnFinished) and not events.of(TurnFailed) and not events.of(SpeakingClause)
+    assert dialogue.conversation_id is None and dialogue.chat.history == []
+    assert "nobody" in notice.message and notice.doing == "playing the voice's sample"
 
 
 def test_partials_show_the_words_while_the_user_is_still_speaking(parts, user_mic, speak):

@@ -294,6 +294,17 @@ def test_saving_the_settings_restyles_the_app_at_once(window, qtbot, qapp):
         apply_style(qapp, "system")
 
 
+def test_a_voice_preview_in_the_settings_is_asked_of_the_worker(window, qtbot):
+    """The settings' Preview reaches the window's request to the worker, with the voice chosen there."""
+    ready(window)
+    dialog = window.open_settings()
+    dialog.speaker.setCurrentIndex(dialog.speaker.findData("ryan"))
+    with qtbot.waitSignal(window.preview_requested) as asked:
+        dialog.preview.click()
+    assert asked.args == ["ryan"]
+    dialog.reject()
+
+
 def test_ctrl_h_lists_saved_conversations_and_reopening_one_shows_it(window, qtbot, tmp_path):
     """History… (Ctrl+H) shows the store's conversations; reopening one shows its turns and asks the worker to
     continue it."""

@@ -135,3 +135,38 @@ def test_automatic_is_offered_once_and_the_title_names_parley_once(qtbot, settin
     qtbot.addWidget(dialog)
     assert [dialog.language.itemText(i) for i in range(dialog.language.count())] == ["Automatic", "English"]
     assert dialog.windowTitle() == "Settings — Parley"
+
+
+def test_voices_have_readable_names_a_description_and_a_preview(qtbot, settings):
+    """The voice list reads as names ("Ono Anna", not ono_anna), says under it what the chosen voice sounds like
+    and which language it speaks best, and Preview asks for a sample of the one chosen (the model's first for the
+    first item); saved is the model's id."""
+    from dataclasses import replace
+
+    info = replace(INFO, speakers=("aiden", "ono_anna", "uncle_fu", "my_voice"))
+    dialog = SettingsDialog(settings, info)
+    qtbot.addWidget(dialog)
+    assert [dialog.speaker.itemText(i) for i in range(dialog.speaker.count())] == [
+        "Aiden (the model's first voice)", "Aiden", "Ono Anna", "Uncle Fu", "My Voice"]
+    note = dialog.voice_note.text()
+    assert note.startswith("Sunny American male voice") and "English best" in note
+    with qtbot.waitSignal(dialog.preview_requested) as asked:
+        dialog.preview.click()
+    assert asked.args == ["aiden"]
+    choose(dialog.speaker, "ono_anna")
+    assert "Japanese female voice" in dialog.voice_note.text() and "Japanese best" in dialog.voice_note.text()
+    with qtbot.waitSignal(dialog.preview_requested) as asked:
+        dialog.preview.click()
+    assert asked.args == ["ono_anna"]
+    choose(dialog.speaker, "my_voice")  # another checkpoint's voice: its id tidied, nothing made up about it
+    assert dialog.voice_note.isHidden() and dialog.preview.isEnabled()
+    with qtbot.waitSignal(dialog.saved):
+        dialog.save()
+    assert settings.speaker == "my_voice"
+
+
+def test_without_a_loaded_model_no_voice_can_be_previewed(qtbot, settings):
+    """Before the speech model loads there is no voice to hear: Preview is off, and the note says why."""
+    dialog = SettingsDialog(settings, None)
+    qtbot.addWidget(dialog)
+    assert not dialog.preview.isEnabled() and "once it has loaded" in dialog.voice_note.text()
