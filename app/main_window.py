@@ -37,6 +37,7 @@ from app.meter import LatencyMeter
 from app.settings import Settings
 from app.worker import EngineWorker
 from engine.assistant import AssistantInfo
+from engine.voices import describe
 from engine.events import (ConversationEnded, DeviceLost, DeviceRestored, Figures, Heard, HistoryErased, Level,
                            Loading, LoadFailed, Measured, Notice, Partial, Ready, ReplyText, SpeakingClause,
                            StateChanged, TurnFailed, TurnFinished, VoiceInputOff, VoiceNotFound)
@@ -403,8 +404,9 @@ class MainWindow(QMainWindow):
             self.mute_requested.emit(True)
         mic = info.microphone or "no microphone"
         kernel = " without its fast kernel" if info.megakernel_problem else ""
-        self.statusBar().showMessage(f"{info.tts_model.name} on {info.device.upper()}{kernel}, voice {info.speaker}; "
-                                     f"{mic}", 8000)
+        voice = describe(info.speaker).name if info.speaker else "from its description"
+        self.statusBar().showMessage(f"{info.tts_model.name} on {info.device.upper()}{kernel}, voice {voice}; {mic}",
+                                     8000)
         self._tell_megakernel_problem(info)
         self._update_talk_button()
 

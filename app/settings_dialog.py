@@ -33,7 +33,7 @@ from app.settings import THEMES, Settings
 from engine.assistant import DEFAULT_VOICE_DESCRIPTION, AssistantInfo
 from engine.errors import AudioDeviceError
 from engine.settings import ENGINE_DEVICES, LISTEN_MODES, LONGEST_PAUSE_MS_RANGE, SILENCE_MS_RANGE
-from engine.tts.voices import describe
+from engine.voices import describe
 
 DEVICE_DEFAULT = "System default"
 

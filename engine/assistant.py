@@ -392,9 +392,9 @@ class Assistant:
         self.loop.submit_text(text, speak_only=True)
 
     def preview_voice(self, speaker: str) -> None:
-        """A short sample of the speech model's voice `speaker` (engine/tts/voices.py), after any turn under way;
+        """A short sample of the speech model's voice `speaker` (engine/voices.py), after any turn under way;
         not part of the conversation."""
-        from engine.tts.voices import sample_line
+        from engine.voices import sample_line
 
         self.loop.preview(speaker, sample_line(speaker))
 
