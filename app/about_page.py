@@ -88,16 +88,16 @@ class AboutPage(QWidget):
 
         privacy = QLabel(
             "<b>Nothing leaves this computer.</b> Parley listens, thinks and speaks here: no account, no cloud, "
-            "no telemetry, and no network connection while you talk. A test holds a whole spoken and typed "
-            "conversation with the network blocked (tests/test_offline.py in Parley's source). The network is used "
-            "only when you press Download on the Models page.", wordWrap=True)
+            "no telemetry, and no network connection while you talk: Parley's own tests hold a whole spoken and "
+            "typed conversation with the network blocked. The network is used only when you press Download on the "
+            "Models page.", wordWrap=True)
         licences = QLabel("<br>".join(f"{name}: {licence}" for name, licence in LICENSES), objectName="hint",
                           wordWrap=True)
         body = QWidget()
         column = QVBoxLayout(body)
         column.addWidget(QLabel(f"Parley {parley_version()}", objectName="headline"))
-        column.addWidget(QLabel("A private voice assistant that runs entirely on your machine. Parley: Apache-2.0.",
-                                wordWrap=True))
+        column.addWidget(QLabel("A private voice assistant that runs entirely on your machine. Parley is free "
+                                "software under the Apache License 2.0.", wordWrap=True))
         column.addWidget(privacy)
         column.addWidget(QLabel("<b>What is stored where</b>"))
         column.addLayout(self.where)

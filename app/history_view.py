@@ -37,6 +37,7 @@ from engine.history import ConversationSummary, HistoryStore
 
 EXPORT_FILTERS = {"Text (*.txt)": ".txt", "JSON (*.json)": ".json"}
 _ID_ROLE = Qt.ItemDataRole.UserRole
+_PICK = "Select a conversation to read it here."
 
 
 class HistoryView(QWidget):
@@ -60,7 +61,7 @@ class HistoryView(QWidget):
         self.list = QListWidget(objectName="historyList", accessibleName="Conversations")
         self.list.setWordWrap(True)
         self.preview = QPlainTextEdit(objectName="historyPreview", readOnly=True, accessibleName="The conversation")
-        self.preview.setPlaceholderText("Select a conversation to read it here.")
+        self.preview.setPlaceholderText(_PICK)
         self.empty = QLabel("No conversations yet. What you and Parley say is kept here, on this computer only.",
                             objectName="historyDetail", wordWrap=True, alignment=Qt.AlignmentFlag.AlignCenter)
         self.open_button = QPushButton("Open", objectName="historyOpen")
@@ -148,9 +149,12 @@ class HistoryView(QWidget):
         except HistoryError as e:
             self._show_error(e, "searching the history")
             return
+        found = 0
         for row in range(self.list.count()):
             item = self.list.item(row)
             item.setHidden(item.data(_ID_ROLE) not in shown)
+            found += not item.isHidden()
+        self.preview.setPlaceholderText(_PICK if found else f"No conversation holds “{text.strip()}”.")
         self._show_selected()
 
     def _show_selected(self) -> None:

@@ -69,8 +69,9 @@ def test_filter_keeps_the_conversations_that_hold_the_words_in_any_turn(view):
     assert len(_rows(view)) == 1 and "fox" in _rows(view)[0]
     view.filter.setText("no such words")
     assert _rows(view) == [] and not view.open_button.isEnabled() and view.preview.toPlainText() == ""
+    assert view.preview.placeholderText() == "No conversation holds “no such words”."  # not "Select a conversation"
     view.filter.clear()
-    assert len(_rows(view)) == 2
+    assert len(_rows(view)) == 2 and view.preview.placeholderText().startswith("Select a conversation")
 
 
 def test_export_through_the_file_dialog_writes_text_or_json(view, qtbot, store, tmp_path):
