@@ -4,19 +4,21 @@ the assistant's reply as it grows, with the clause being spoken highlighted.
 The window feeds it the engine's events (engine/events.py); it keeps only what it shows.
 Object names for the style sheet (assets/): QFrame#bubble with the dynamic property role = "user",
 "assistant", "partial" or "notice"; QLabel#bubbleText inside; QLabel#bubbleNote under an interrupted
-or failed reply, or typed text Parley said as written.
+or failed reply, or typed text Parley said as written. A reply keeps the audio of what was heard (the last
+KEPT_AUDIO replies), which its context menu saves as a WAV file.
 """
 
 from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QGuiApplication, QPalette
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
 ROLES = ("user", "assistant", "partial", "notice")
 AS_WRITTEN = "said as you typed it"  # the note of a turn in which Parley said the user's text, not a reply
+KEPT_AUDIO = 20  # replies whose audio is kept for "Save audio…": a minute of speech is 5.8 MB
 
 
 class Bubble(QFrame):
@@ -31,8 +33,10 @@ class Bubble(QFrame):
         self.setProperty("role", role)
         self.role = role
         self.tag = ""
+        self.audio = None  # (float32 samples, rate_hz) of what was heard, for a reply
         self.label = QLabel(objectName="bubbleText", wordWrap=True, textFormat=Qt.TextFormat.RichText)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.label.setContextMenuPolicy(Qt.ContextMenuPolicy.NoContextMenu)  # the bubble's menu, which copies too
         self.note = QLabel(objectName="bubbleNote", wordWrap=True)
         self.note.hide()
         layout = QVBoxLayout(self)
@@ -74,6 +78,8 @@ class ChatView(QScrollArea):
     transcript or typed text, reply_text() as the reply grows, speaking_clause() as each clause starts
     playing, finish_reply() or fail_turn() at its end.
     """
+
+    save_audio_requested = Signal(object)  # the Bubble whose audio the user wants to save
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -143,13 +149,18 @@ class ChatView(QScrollArea):
         self._spoken_to = end
         self._reply.set_text(text, spoken=(start, end))
 
-    def finish_reply(self, reply: str, interrupted: bool = False) -> None:
-        """The turn ended: the reply's full text, marked when barge-in cut it short."""
+    def finish_reply(self, reply: str, interrupted: bool = False, audio=None) -> None:
+        """The turn ended: the reply's full text, marked when barge-in cut it short; audio: (samples, rate_hz) of what
+        was heard, or None."""
         if self._reply is None and reply:
             self._reply = self._add("assistant", reply)
         if self._reply is not None:
             self._reply.set_text(reply)
             self._reply.set_note("interrupted" if interrupted else "")
+            if audio is not None and len(audio[0]):
+                self._reply.audio = audio
+                for old in [b for b in self.bubbles if b.audio is not None][:-KEPT_AUDIO]:
+                    old.audio = None
         self._drop_partial()
         self._reply, self._spoken_to = None, 0
 
@@ -186,8 +197,26 @@ class ChatView(QScrollArea):
 
     # -- layout --------------------------------------------------------------------------------------
 
+    def last_audio(self) -> Bubble | None:
+        """The newest reply whose audio is kept, or None."""
+        return next((b for b in reversed(self.bubbles) if b.audio is not None), None)
+
+    def _menu(self, bubble: Bubble, at) -> QMenu:
+        """A bubble's context menu: copy its text; save its audio, where it has some."""
+        menu = QMenu(self)
+        menu.addAction("Copy text", lambda: QGuiApplication.clipboard().setText(bubble.text))
+        if bubble.role == "assistant":
+            save = menu.addAction("Save audio…", lambda: self.save_audio_requested.emit(bubble))
+            if bubble.audio is None:  # a reopened conversation's, or one older than the last KEPT_AUDIO
+                save.setText("Save audio… (not kept for this reply)")
+                save.setEnabled(False)
+        menu.popup(bubble.mapToGlobal(at))
+        return menu
+
     def _add(self, role: str, text: str) -> Bubble:
         bubble = Bubble(role, text)
+        bubble.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        bubble.customContextMenuRequested.connect(lambda at: self._menu(bubble, at))
         row = QWidget()
         line = QHBoxLayout(row)
         line.setContentsMargins(0, 0, 0, 0)

@@ -8,13 +8,17 @@ text as typed, Esc stops, Ctrl+M mutes, Ctrl+, opens the settings, Ctrl+H the hi
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QThread, QTimer, Signal
+from datetime import datetime
+from pathlib import Path
+
+from PySide6.QtCore import QEvent, QEventLoop, QObject, QStandardPaths, Qt, QThread, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QApplication,
     QCheckBox,
     QComboBox,
+    QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -184,6 +188,7 @@ class MainWindow(QMainWindow):
 
     def _build(self) -> None:
         self.chat = ChatView()
+        self.chat.save_audio_requested.connect(self.save_reply_audio)
         self.notice = NoticeBar()
         self.notice.action_chosen.connect(self._act)
         self.meter = LatencyMeter()
@@ -265,6 +270,8 @@ class MainWindow(QMainWindow):
         self.stop_action = action(conversation, "&Stop speaking", self.stop_requested, "Esc")
         self.mute_action = action(conversation, "&Mute microphone", self.mute_button.setChecked, "Ctrl+M", True)
         self.mute_button.toggled.connect(self.mute_action.setChecked)
+        self.save_audio_action = action(conversation, "Save reply &audio…", lambda: self.save_reply_audio(),
+                                        "Ctrl+Shift+S")
         conversation.addSeparator()
         self.quit_action = action(conversation, "&Quit", self.quit, QKeySequence.StandardKey.Quit)
         tools = self.menuBar().addMenu("&Settings")
@@ -356,7 +363,8 @@ class MainWindow(QMainWindow):
             case SpeakingClause():
                 self.chat.speaking_clause(event.text, event.index)
             case TurnFinished():
-                self.chat.finish_reply(event.result.reply_text, event.result.interrupted)
+                result = event.result
+                self.chat.finish_reply(result.reply_text, result.interrupted, (result.audio, result.audio_rate_hz))
             case TurnFailed():
                 self._turn_failed(problem_for(event.error, "answering"))
             case DeviceLost():
@@ -455,6 +463,39 @@ class MainWindow(QMainWindow):
             else:
                 self.notice.hide()
         self.statusBar().showMessage(message[0].upper() + message[1:], 8000)
+
+    def save_reply_audio(self, bubble=None) -> QFileDialog | None:
+        """Ask where to save a reply's audio as WAV (the newest reply's where `bubble` is None); returns the open
+        dialog, or None when no reply's audio is kept."""
+        bubble = bubble or self.chat.last_audio()
+        if bubble is None or bubble.audio is None:
+            self.statusBar().showMessage("No reply's audio to save yet: Parley keeps the audio of its replies in "
+                                         "this conversation", 5000)
+            return None
+        folder = (QStandardPaths.writableLocation(QStandardPaths.StandardLocation.MusicLocation)
+                  or QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation))
+        name = datetime.now().strftime("Parley reply %Y-%m-%d %H.%M.wav")
+        dialog = QFileDialog(self, "Save the reply's audio", str(Path(folder or Path.home()) / name))
+        dialog.setObjectName("saveAudioDialog")
+        dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+        dialog.setNameFilters(["WAV audio (*.wav)"])
+        dialog.setDefaultSuffix("wav")
+        dialog.setOption(QFileDialog.Option.DontUseNativeDialog)  # styled like Parley, the same everywhere
+        audio = bubble.audio
+        dialog.fileSelected.connect(lambda path: self._write_audio(Path(path), *audio))
+        dialog.finished.connect(dialog.deleteLater)
+        dialog.open()
+        return dialog
+
+    def _write_audio(self, path: Path, samples, rate_hz: int) -> None:
+        from engine.audio.wav import write_wav
+
+        try:
+            write_wav(path, samples, rate_hz)
+        except OSError as e:
+            self.show_problem(problem_for(e, "saving the audio"))
+            return
+        self.statusBar().showMessage(f"Saved the reply's audio ({len(samples) / rate_hz:.1f} s) to {path}", 8000)
 
     def show_problem(self, problem: Problem) -> ErrorDialog:
         """The problem as a window-modal dialog whose button leads to the page that fixes it."""

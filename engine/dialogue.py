@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from engine.errors import HistoryError, InputTextError, ParleyError
 from engine.events import Heard, Measured, Notice, ReplyText, SpeakingClause
 from engine.history import ConversationRef, HistoryStore, Turn
@@ -65,6 +67,7 @@ class TurnResult:
     heard_text: the clauses whose audio was fully played, joined by spaces.
     interrupted: stop() came before the reply had played out.
     metrics: the turn's figures (engine/metrics.py).
+    audio: the speech of heard_text's clauses, float32 mono at audio_rate_hz (what "Save audio…" writes).
     """
 
     user_text: str
@@ -72,6 +75,8 @@ class TurnResult:
     heard_text: str
     interrupted: bool
     metrics: TurnMetrics
+    audio: np.ndarray
+    audio_rate_hz: int
 
 
 Emit = Callable[[object], None]
@@ -96,6 +101,7 @@ class _Speech:
         self._clauses: queue.SimpleQueue[str | None] = queue.SimpleQueue()  # None ends the turn
         self._stream = None  # the TTSStream being spoken; cancelled by stop()
         self.spoken: list[tuple[str, int]] = []  # (clause, the player's frames_written after its last chunk)
+        self.spoken_pcm: list[np.ndarray] = []  # each spoken clause's speech, as the TTS made it
         self.starts: list[tuple[str, int]] = []  # (clause, the player's frames_written before its first chunk)
         self.ttfc_ms: float | None = None  # of the first clause
         self.synthesis_s = 0.0  # each clause's hand-over -> its last chunk, summed
@@ -141,7 +147,7 @@ class _Speech:
         self._stream = stream
         if self._stopped.is_set():  # stop() may have looked for a stream before this one existed
             stream.cancel()
-        last, noticed = None, False
+        last, noticed, pcm = None, False, []
         for chunk in stream:
             with self._gate:
                 if self._stopped.is_set():
@@ -150,6 +156,7 @@ class _Speech:
                     self.starts.append((clause, self._player.stats().frames_written))
                 self._player.write(chunk.pcm)
                 end = self._player.stats().frames_written
+            pcm.append(chunk.pcm)
             if stream.notice is not None and not noticed:  # the TTS moved to the CPU mid-clause
                 self._tell(Notice(str(stream.notice), stream.notice))
                 noticed = True
@@ -161,6 +168,7 @@ class _Speech:
         else:
             if last is not None:
                 self.spoken.append((clause, end))
+                self.spoken_pcm.append(np.concatenate(pcm))
         if last is not None:
             self.synthesis_s += last - stream.t_start
 
@@ -460,11 +468,10 @@ class Dialogue:
                 watcher.join()
 
         interrupted = state.consumed_at_stop is not None
-        if interrupted:
-            heard = [clause for clause, end in speech.spoken if end <= state.consumed_at_stop]
-        else:
-            heard = [clause for clause, _ in speech.spoken]
-        heard_text = " ".join(heard)
+        heard = [i for i, (_clause, end) in enumerate(speech.spoken)
+                 if not interrupted or end <= state.consumed_at_stop]
+        heard_text = " ".join(speech.spoken[i][0] for i in heard)
+        audio = np.concatenate([speech.spoken_pcm[i] for i in heard] or [np.zeros(0, np.float32)])
         reply_text = reply.text if llm else user_text
         after = self.player.stats()
         metrics = TurnMetrics(
@@ -491,7 +498,8 @@ class Dialogue:
                             interrupted=interrupted, as_written=not llm, metrics=metrics.as_dict()), notice)
         if error is not None:
             raise error
-        return TurnResult(user_text if llm else "", reply_text, heard_text, interrupted, metrics)
+        return TurnResult(user_text if llm else "", reply_text, heard_text, interrupted, metrics, audio,
+                          self.tts.sample_rate_hz)
 
     def _watch_clauses(self, state: _TurnState, speech: _Speech, emit: Emit, speech_end: float | None) -> None:
         """SpeakingClause for each spoken clause as its first sample reaches the device; with the first, the turn's

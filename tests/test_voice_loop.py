@@ -282,6 +282,9 @@ def test_speak_only_text_is_spoken_and_saved_without_the_llm_writing(parts):
     assert finished.user_text == "" and finished.heard_text == "First part, second part."
     assert [c.text for c in events.of(SpeakingClause)] == ["First part,", "second part."]
     assert finished.metrics.tts_ttfc_ms > 0 and finished.metrics.llm_ttft_ms is None
+    # the speech of both clauses, as the TTS made it: what "Save audio…" writes
+    assert finished.audio.dtype == np.float32 and finished.audio_rate_hz == dialogue.tts.sample_rate_hz
+    assert finished.audio.size >= 2 * dialogue.tts.sample_rate_hz // 25 and np.abs(finished.audio).max() > 0
     assert dialogue.chat.history == [{"role": "assistant", "content": "First part, second part."}]
     (turn,) = saved_turns(dialogue)
     assert (turn.role, turn.text, turn.interrupted, turn.as_written) == (

@@ -98,3 +98,36 @@ def test_an_empty_conversation_says_what_to_do_until_the_first_turn(qtbot):
     assert not view.hint.isVisible()
     view.clear()
     assert view.hint.isVisible()
+
+
+def test_a_reply_keeps_its_audio_for_save_audio_the_last_twenty_only(qtbot):
+    """finish_reply() hands each reply the audio of what was heard; its context menu saves it (asking the window),
+    copies its text, and says when a reply's audio is not kept: older than the last KEPT_AUDIO replies, or reopened
+    from the history (which keeps no audio)."""
+    import numpy as np
+    from PySide6.QtGui import QGuiApplication
+
+    from app.chat_view import KEPT_AUDIO
+
+    view = ChatView()
+    qtbot.addWidget(view)
+    for n in range(KEPT_AUDIO + 2):
+        view.add_user(f"question {n}")
+        view.reply_text(f"answer {n}")
+        view.finish_reply(f"answer {n}", audio=(np.full(240, n, np.float32), 24_000))
+    replies = [b for b in view.bubbles if b.role == "assistant"]
+    assert [b.audio is None for b in replies] == [True, True] + [False] * KEPT_AUDIO
+    assert view.last_audio() is replies[-1] and replies[-1].audio[0][0] == KEPT_AUDIO + 1
+
+    menu = view._menu(replies[-1], replies[-1].rect().center())
+    copy, save = menu.actions()
+    assert save.text() == "Save audio…" and save.isEnabled()
+    with qtbot.waitSignal(view.save_audio_requested) as asked:
+        save.trigger()
+    assert asked.args == [replies[-1]]
+    copy.trigger()
+    assert QGuiApplication.clipboard().text() == f"answer {KEPT_AUDIO + 1}"
+    menu.close()
+    menu = view._menu(replies[0], replies[0].rect().center())
+    assert not menu.actions()[1].isEnabled() and "not kept" in menu.actions()[1].text()
+    menu.close()

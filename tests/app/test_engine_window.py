@@ -1,7 +1,9 @@
 """The real window on the real engine (tiny TTS checkpoint, SmolLM2, Whisper base, the PulseAudio null
 sink): first run without a speech model, then typing, stop, push-to-talk and closing, as a user would."""
 
+import numpy as np
 import pytest
+import soundfile
 from PySide6.QtCore import Qt
 
 from app.main_window import MainWindow
@@ -87,6 +89,11 @@ def test_first_run_typing_stop_push_to_talk_and_close(window, qtbot, short_check
     said = window.chat.bubbles[-1]
     assert (said.role, said.text, said.note.text()) == ("assistant", "Please read this out.", "said as you typed it")
     assert len(window.chat.bubbles) == 7  # one bubble: Parley's, filled by the engine, not a second one
+    dialog = window.save_reply_audio()  # Ctrl+Shift+S: the newest reply's audio, as heard
+    dialog.selectFile(str(tmp_path / "said.wav"))
+    dialog.accept()
+    saved, rate = soundfile.read(tmp_path / "said.wav", dtype="float32")
+    assert rate == 24_000 and saved.size == said.audio[0].size and np.abs(saved - said.audio[0]).max() < 1e-4  # 16 bits
 
     window.close()
     assert not window._thread.isRunning()

@@ -294,6 +294,36 @@ def test_saving_the_settings_restyles_the_app_at_once(window, qtbot, qapp):
         apply_style(qapp, "system")
 
 
+def test_save_reply_audio_writes_what_was_heard_as_wav(window, qtbot, tmp_path):
+    """Ctrl+Shift+S (or a reply's "Save audio…") asks where, then writes the reply's audio as a 16-bit WAV; with no
+    reply yet the status bar says so; a place that cannot be written is an error dialog naming it."""
+    import numpy as np
+    import soundfile
+    from PySide6.QtWidgets import QFileDialog
+
+    from engine.dialogue import TurnResult
+    from engine.events import TurnFinished
+
+    ready(window)
+    window.save_audio_action.trigger()
+    assert window.statusBar().currentMessage().startswith("No reply's audio to save yet")
+    audio = (np.sin(np.arange(2400) / 10).astype(np.float32) * 0.5)
+    metrics = TurnMetrics(turn=0)
+    window.worker.event.emit(ReplyText("Hello."))
+    window.worker.event.emit(TurnFinished(TurnResult("Hi", "Hello.", "Hello.", False, metrics, audio, 24_000)))
+    window.save_audio_action.trigger()
+    dialog = window.findChild(QFileDialog, "saveAudioDialog")
+    assert dialog is not None and dialog.isVisible() and dialog.defaultSuffix() == "wav"
+    dialog.selectFile(str(tmp_path / "hello"))
+    dialog.accept()
+    saved, rate = soundfile.read(tmp_path / "hello.wav", dtype="float32")
+    assert rate == 24_000 and np.abs(saved - audio).max() < 1e-4
+    assert window.statusBar().currentMessage().startswith("Saved the reply's audio (0.1 s)")
+    window._write_audio(tmp_path / "missing" / "x.wav", audio, 24_000)
+    assert window.dialog.isVisible() and "no such folder" in window.dialog.informativeText()
+    assert "saving the audio" in window.dialog.text()
+
+
 def test_a_voice_preview_in_the_settings_is_asked_of_the_worker(window, qtbot):
     """The settings' Preview reaches the window's request to the worker, with the voice chosen there."""
     ready(window)
