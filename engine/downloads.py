@@ -4,13 +4,15 @@ huggingface_hub does the fetching (`hf_hub_download` into a local folder, which 
 `.incomplete` files), in a child process: cancel then stops a download at once, whichever transfer
 backend the hub picked (plain HTTP or hf_xet), and the parent reports progress from the bytes on disk.
 Files land in `<target>.partial/`, renamed to `target` once every file is in, so a model folder under
-its final name is always complete; a cancelled or failed download resumes from there next time (one that fetched
+its final name is always complete, each file checked against the size and SHA-256 the hub lists for it; a
+cancelled or failed download resumes from there next time (one that fetched
 nothing, as without a network, leaves no folder behind). A damaged model is downloaded again beside itself and
 replaced only once the new copy is complete.
 """
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 import queue
@@ -158,7 +160,8 @@ def _fetch(repo_id: str, partial: str, files: list[str] | None, revision: str | 
         from huggingface_hub import HfApi, hf_hub_download
 
         info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True)
-        available = {s.rfilename: s.size or 0 for s in info.siblings or ()}
+        listed = {s.rfilename: s for s in info.siblings or ()}
+        available = {name: s.size or 0 for name, s in listed.items()}
         names = files or sorted(available)
         unknown = [name for name in names if name not in available]
         if unknown:
@@ -168,10 +171,30 @@ def _fetch(repo_id: str, partial: str, files: list[str] | None, revision: str | 
         messages.put(("sizes", {name: available[name] for name in names}))
         for name in names:
             # pinned to the commit the sizes came from, so a push mid-download cannot mix versions
-            hf_hub_download(repo_id, name, revision=info.sha, local_dir=partial, endpoint=endpoint)
+            path = Path(hf_hub_download(repo_id, name, revision=info.sha, local_dir=partial, endpoint=endpoint))
+            problem = _damage(path, listed[name])
+            if problem:
+                path.unlink()  # the next download fetches it afresh
+                messages.put(("error", ("damaged", f"{name}: {problem}")))
+                return
         messages.put(("done", None))
     except Exception as e:  # reported to the parent, which raises the matching DownloadError
         messages.put(("error", (_kind(e), f"{type(e).__name__}: {e}")))
+
+
+def _damage(path: Path, listed) -> str:
+    """How a downloaded file differs from the hub's listing of it (a RepoSibling): "" where it does not."""
+    size = path.stat().st_size
+    if listed.size is not None and size != listed.size:
+        return f"{size:,} bytes where the hub lists {listed.size:,}"
+    if listed.lfs is not None:  # the hub lists a SHA-256 for the files it keeps in LFS: the weights
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+        if digest.hexdigest() != listed.lfs.sha256:
+            return "its SHA-256 differs from the hub's"
+    return ""
 
 
 def _kind(e: Exception) -> str:
@@ -200,6 +223,9 @@ def _error(kind: str, text: str, repo_id: str, target: Path, files, partial: Pat
                              "`hf auth login` if it is gated")
     if kind == "missing-file":
         return DownloadError(text)
+    if kind == "damaged":
+        return DownloadError(f"the download of {repo_id} arrived damaged ({text}); download again: the damaged file "
+                             "was removed, the rest is kept")
     if kind == "disk-full":
         return DownloadError(f"the disk is full while downloading {repo_id} into {partial}; free some space and "
                              "download again: what was fetched is kept")

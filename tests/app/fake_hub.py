@@ -20,11 +20,18 @@ _INFO = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)(?:/revision/(?P<rev>[^/]
 
 
 class FakeHub:
-    """A hub serving `repos` ({repo_id: {path: bytes}}) on 127.0.0.1; use it as a context manager."""
+    """A hub serving `repos` ({repo_id: {path: bytes}}) on 127.0.0.1; use it as a context manager.
 
-    def __init__(self, repos: dict[str, dict[str, bytes]], hold_after: int | None = None):
+    Files named as the real hub keeps in LFS (weights: .bin, .safetensors, .gguf) are listed with their SHA-256, as
+    its API lists them. garble: paths whose bytes are served with their first byte changed (the listing keeps the
+    true hash), as a transfer damaged on the way would arrive.
+    """
+
+    def __init__(self, repos: dict[str, dict[str, bytes]], hold_after: int | None = None,
+                 garble: frozenset[str] = frozenset()):
         self.repos = repos
         self.hold_after = hold_after
+        self.garble = set(garble)
         self.release = threading.Event()
         self.requests: list[tuple[str, str, str | None]] = []
         self.shas = {repo: hashlib.sha1(repo.encode()).hexdigest() for repo in repos}
@@ -76,7 +83,7 @@ def _handler(hub: FakeHub):
             if repo not in hub.repos or rev not in (None, "main", hub.shas[repo]):
                 return self._not_found("RepoNotFound")
             doc = {"id": repo, "sha": hub.shas[repo],
-                   "siblings": [{"rfilename": p, "size": len(b)} for p, b in hub.repos[repo].items()]}
+                   "siblings": [_sibling(p, b) for p, b in hub.repos[repo].items()]}
             data = json.dumps(doc).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -88,6 +95,8 @@ def _handler(hub: FakeHub):
             content = hub.repos.get(repo, {}).get(path)
             if content is None:
                 return self._not_found("EntryNotFound")
+            if path in hub.garble:
+                content = bytes([content[0] ^ 0xFF]) + content[1:]
             start = 0
             if (rng := self.headers.get("Range")) and (m := re.fullmatch(r"bytes=(\d+)-", rng)):
                 start = int(m[1])
@@ -112,3 +121,12 @@ def _handler(hub: FakeHub):
                 pass
 
     return Handler
+
+
+def _sibling(path: str, content: bytes) -> dict:
+    """A file as the hub's model info lists it."""
+    sibling = {"rfilename": path, "size": len(content)}
+    if path.endswith((".bin", ".safetensors", ".gguf")):
+        sibling["lfs"] = {"sha256": hashlib.sha256(content).hexdigest(), "size": len(content), "pointerSize": 134}
+    return sibling
+

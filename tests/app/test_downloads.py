@@ -117,3 +117,18 @@ def test_replace_downloads_a_damaged_model_again_and_swaps_it_in_once_complete(t
     assert {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} == set(files)
     assert (out / "config.json").read_bytes() == files["config.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_a_file_damaged_on_the_way_is_refused_removed_and_fetched_afresh(tmp_path):
+    """Each weights file is checked against the SHA-256 the hub lists: one that arrives with other bytes is a
+    DownloadError naming it, no model folder appears, the damaged file is gone, and the next download fetches it
+    again (the others kept) and succeeds."""
+    files = _repo()
+    with FakeHub({REPO: files}, garble={"weights/model.bin"}) as hub:
+        with pytest.raises(DownloadError, match=r"arrived damaged \(weights/model.bin: its SHA-256 differs"):
+            download_model(REPO, tmp_path / "m", endpoint=hub.url)
+        assert not (tmp_path / "m").exists() and not (tmp_path / "m.partial" / "weights" / "model.bin").exists()
+        assert (tmp_path / "m.partial" / "config.json").is_file()  # kept: it matched
+        hub.garble.clear()
+        out = download_model(REPO, tmp_path / "m", endpoint=hub.url)
+    assert (out / "weights/model.bin").read_bytes() == files["weights/model.bin"]
