@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.catalogue import Offer
 from engine.models import Found, locate_model
 
 STATES = ("present", "missing", "downloading")
@@ -37,47 +38,37 @@ STATES = ("present", "missing", "downloading")
 
 @dataclass(frozen=True)
 class ModelKind:
-    """One row of the page.
-
-    kind: "tts", "stt" or "llm". key: its QSettings key. pick: what Choose… asks for, "folder" or "file".
-    repo_id, files: what Download fetches (files None = the whole repository). offer: its name and size, for the
-    button.
-    """
+    """One row of the page: kind "tts", "stt" or "llm"; its QSettings key; what Choose… asks for, "folder" or "file";
+    offer: what its Download fetches (engine/catalogue.py); recommended: whether "Get the recommended models" does."""
 
     kind: str
     title: str
     key: str
     pick: str
-    repo_id: str
-    files: tuple[str, ...] | None
-    offer: str
+    offer: Offer
+    recommended: bool
+
+    def label(self) -> str:
+        """The offer as its button names it: "Qwen2.5 1.5B Instruct, about 1 GB"."""
+        return f"{self.offer.name}, {self.offer.size}"
 
     def download_folder(self) -> Path:
-        """Where Download puts it: Parley's models folder / the repository's name."""
-        from engine.models import models_dir
-
-        return models_dir() / self.repo_id.split("/")[1]
+        return self.offer.download_folder()
 
     def downloaded_path(self) -> Path:
-        """The path the setting gets after a download: the folder, or the single file in it."""
-        folder = self.download_folder()
-        return folder / self.files[0] if self.files and len(self.files) == 1 else folder
+        return self.offer.downloaded_path()
 
 
 def _kinds() -> tuple[ModelKind, ...]:
-    from engine.models import DEFAULT_TTS_REPO
+    from engine.catalogue import WHISPER_SMALL, recommended, this_machine
 
+    best = recommended(this_machine())
     return (
-        ModelKind("tts", "Voice — Qwen3-TTS", "models/tts", "folder", DEFAULT_TTS_REPO, None,
-                  "Qwen3-TTS 0.6B, about 2 GB"),
-        # Systran's CTranslate2 conversion of the size above the bundled base: fewer misheard words for about three
-        # times the compute (244M parameters against 74M)
-        ModelKind("stt", "Hearing — Whisper", "models/stt", "folder", "Systran/faster-whisper-small", None,
-                  "Whisper small, about 480 MB"),
-        # one quantisation of a 1.5B chat model: far better answers than the bundled 135M, still CPU-fast
-        ModelKind("llm", "Thinking — language model (GGUF)", "models/llm", "file",
-                  "bartowski/Qwen2.5-1.5B-Instruct-GGUF", ("Qwen2.5-1.5B-Instruct-Q4_K_M.gguf",),
-                  "Qwen2.5 1.5B, about 1 GB"),
+        ModelKind("tts", "Voice — Qwen3-TTS", "models/tts", "folder", best["tts"], True),
+        # on a CPU the bundled base is the better fit (a larger Whisper slows every turn); small stays on offer
+        ModelKind("stt", "Hearing — Whisper", "models/stt", "folder", best["stt"] or WHISPER_SMALL,
+                  best["stt"] is not None),
+        ModelKind("llm", "Thinking — language model (GGUF)", "models/llm", "file", best["llm"], True),
     )
 
 
@@ -99,7 +90,7 @@ class _Download(QObject):
         super().__init__()
         self.kind = kind
         self.cancel = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"download {kind.repo_id}")
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"download {kind.offer.repo_id}")
 
     def start(self) -> None:
         self._thread.start()
@@ -113,7 +104,7 @@ class _Download(QObject):
         try:
             # the folder is there only when the page offered to download a damaged model again
             folder = self.kind.download_folder()
-            download_model(self.kind.repo_id, folder, files=self.kind.files, progress=self.progress.emit,
+            download_model(self.kind.offer.repo_id, folder, files=self.kind.offer.files, progress=self.progress.emit,
                            cancel=self.cancel, replace=folder.exists())
         except Exception as e:  # shown in the row; the page decides how
             self.failed.emit(self.kind.kind, e)
@@ -135,8 +126,9 @@ class ModelRow(QFrame):
         self.choose_button = QPushButton("Choose…", objectName="chooseButton",
                                          accessibleName=f"Choose the {kind.title} on this computer")
         self.auto_button = QPushButton("Find automatically", objectName="autoButton")
-        self.download_button = QPushButton(f"Download {kind.offer}", objectName="downloadButton")
-        self.download_button.setToolTip(f"{kind.repo_id} from the Hugging Face hub into {kind.download_folder()}")
+        self.download_button = QPushButton(f"Download {kind.label()}", objectName="downloadButton")
+        self.download_button.setToolTip(f"{kind.offer.name} ({kind.offer.licence}): {kind.offer.why}. From "
+                                        f"{kind.offer.repo_id} on the Hugging Face hub into {kind.download_folder()}")
         self.cancel_button = QPushButton("Cancel", objectName="cancelButton")
         self.bar = QProgressBar(objectName="downloadBar", accessibleName=f"{kind.title}: download progress")
         self.bar.setRange(0, 1000)  # per mille: QProgressBar is int-based and models pass 2**31 bytes
@@ -174,7 +166,7 @@ class ModelRow(QFrame):
         """The command that fetches this model on another machine."""
         from engine.downloads import download_command
 
-        return download_command(self.kind.repo_id, self.kind.download_folder(), self.kind.files)
+        return download_command(self.kind.offer.repo_id, self.kind.download_folder(), self.kind.offer.files)
 
     def show_found(self, found: Found, setting: str, downloading: bool) -> None:
         """Show a discovery result, or a download under way."""
@@ -190,7 +182,7 @@ class ModelRow(QFrame):
         # a damaged download is fetched again in place; a good one needs no button, nor does one chosen elsewhere
         again = (state == "damaged" and self.kind.download_folder().exists()
                  and (not setting or Path(setting) == self.kind.downloaded_path()))
-        self.download_button.setText(f"Download {self.kind.offer} again" if again else f"Download {self.kind.offer}")
+        self.download_button.setText(f"Download {self.kind.label()}" + (" again" if again else ""))
         self.download_button.setVisible(not downloading and (again or not self.kind.download_folder().exists()))
         for widget in (self.bar, self.bar_text, self.cancel_button):
             widget.setVisible(downloading)
@@ -241,11 +233,15 @@ class ModelsPage(QWidget):
         self.rows = {kind.kind: ModelRow(kind) for kind in _kinds()}
         self.downloads: dict[str, _Download] = {}
         self.summary = QLabel(objectName="hint", wordWrap=True)
+        self.get_recommended_button = QPushButton("Get the recommended models", objectName="getRecommended")
+        self.get_recommended_button.setProperty("primary", True)
+        self.get_recommended_button.clicked.connect(self.get_recommended)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(16, 16, 16, 16)
         layout.setSpacing(12)
         layout.addWidget(QLabel("Models", objectName="headline"))
         layout.addWidget(self.summary)
+        layout.addWidget(self.get_recommended_button, 0, Qt.AlignmentFlag.AlignLeft)
         for name, row in self.rows.items():
             layout.addWidget(row)
             row.choose_button.clicked.connect(lambda _=False, n=name: self.ask_choose(n))
@@ -273,11 +269,29 @@ class ModelsPage(QWidget):
             row.show_found(self.found[name], setting, name in self.downloads)
         unusable = [self.rows[n].kind.title.split(" — ")[0] + (" (cannot be read)" if f.damaged else "")
                     for n, f in self.found.items() if f.path is None]
+        todo = self.recommended_downloads()
+        offers = "; ".join(f"{row.kind.offer.name} ({row.kind.offer.size}, {row.kind.offer.licence})"
+                           for row in (self.rows[n] for n in todo))
         self.summary.setText(
-            "Everything Parley needs is on this computer; nothing you say leaves it." if not unusable else
-            f"Missing: {', '.join(unusable)}. Download what is missing, or choose a model that is already on this "
-            "computer. Parley never uploads anything; downloads come from the Hugging Face hub."
+            ("Everything Parley needs is on this computer; nothing you say leaves it." if not unusable else
+             f"Missing: {', '.join(unusable)}. Download what is missing, or choose a model that is already on this "
+             "computer. Parley never uploads anything; downloads come from the Hugging Face hub.")
+            + (f"\nRecommended for this computer: {offers}." if todo else "")
         )
+        self.get_recommended_button.setVisible(bool(todo))
+
+    def recommended_downloads(self) -> list[str]:
+        """What "Get the recommended models" fetches: the kinds with no usable model, or only the one that comes with
+        Parley (Whisper base, SmolLM2: the automatic setting), whose recommended model is not downloaded (nor
+        downloading) yet."""
+        return [name for name, row in self.rows.items()
+                if row.kind.recommended and name not in self.downloads and row.download_button.isVisibleTo(self)
+                and (self.found[name].path is None or (name != "tts" and not self._setting(name)))]
+
+    def get_recommended(self) -> None:
+        """Download every recommended model not here yet, side by side, each with its own progress."""
+        for name in self.recommended_downloads():
+            self.start_download(name)
 
     def missing(self) -> list[str]:
         """The kinds ("tts", "stt", "llm") with no model found; the window shows this page at start when any is."""

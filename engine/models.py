@@ -197,7 +197,7 @@ def _locate_llm(setting: str) -> Found:
     if not setting:
         path = bundled_model_path()
         return Found(path, "Comes with Parley: SmolLM2-135M, a tiny model for trying Parley offline; its answers are "
-                           "often wrong. The download below (Qwen2.5 1.5B) answers far better.")
+                           "often wrong. The download below answers far better.")
     path = Path(setting).expanduser()
     if not path.is_file():
         raise ModelMissingError(f"{path}: no such model file; choose a .gguf file or download one")

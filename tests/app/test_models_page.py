@@ -58,8 +58,12 @@ def test_present_models_say_where_they_were_found(qtbot, qsettings, models_dir, 
     assert page.rows["tts"].where.text() == f"Chosen folder: {tiny_checkpoint}"
     assert page.rows["stt"].where.text() == "Comes with Parley: Whisper base (English and 98 more languages)"
     llm = page.rows["llm"].where.text()  # what the small model is for, and what to get instead, in words
-    assert llm.startswith("Comes with Parley: SmolLM2-135M") and "often wrong" in llm and "Qwen2.5 1.5B" in llm
+    assert llm.startswith("Comes with Parley: SmolLM2-135M") and "often wrong" in llm and "far better" in llm
+    assert page.rows["llm"].download_button.text().startswith("Download Qwen2.5")
     assert page.summary.text().startswith("Everything Parley needs")
+    # the tiny model is what leads to "Get the recommended models": a language model, not the speech model chosen
+    assert page.recommended_downloads() == ["llm"] and page.get_recommended_button.isVisible()
+    assert "Recommended for this computer: Qwen2.5" in page.summary.text() and "Apache-2.0" in page.summary.text()
 
 
 def test_a_missing_model_offers_a_download_and_the_offline_command(page, models_dir):
@@ -204,3 +208,27 @@ def test_a_damaged_download_is_offered_again_and_replaced(page, qtbot, qsettings
     assert _checkpoint_files(target) == files
     assert row.state.text() == "Ready" and not row.download_button.isVisible()
     assert sorted(p.name for p in models_dir.iterdir()) == [TTS_FOLDER]
+
+
+def test_get_the_recommended_models_fetches_each_missing_one_and_all_are_ready(page, qtbot, qsettings, models_dir,
+                                                                            tiny_checkpoint, monkeypatch):
+    """One action on a first run: the speech model and the language model recommended for this computer download
+    side by side from the hub (each checked against its listed hash), each row shows its progress, and then every
+    row is Ready with its downloaded model chosen and the action gone."""
+    from engine.catalogue import recommended, this_machine
+
+    llm = recommended(this_machine())["llm"]
+    gguf = b"GGUF" + os.urandom(64 * 1024)
+    qsettings.setValue("models/llm", str(models_dir / "nothing.gguf"))  # no usable language model either
+    page.refresh()
+    assert page.recommended_downloads() == ["tts", "llm"] and page.get_recommended_button.isVisible()
+    repos = {DEFAULT_TTS_REPO: _checkpoint_files(tiny_checkpoint), llm.repo_id: {llm.files[0]: gguf}}
+    with FakeHub(repos) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        qtbot.mouseClick(page.get_recommended_button, Qt.MouseButton.LeftButton)
+        assert set(page.downloads) == {"tts", "llm"} and not page.get_recommended_button.isVisible()
+        qtbot.waitUntil(lambda: not page.downloads, timeout=60_000)
+    assert qsettings.value("models/llm") == str(llm.downloaded_path()) and llm.downloaded_path().read_bytes() == gguf
+    assert qsettings.value("models/tts") == str(models_dir / TTS_FOLDER)
+    assert page.missing() == [] and all(row.state.text() == "Ready" for row in page.rows.values())
+    assert page.recommended_downloads() == [] and not page.get_recommended_button.isVisible()
