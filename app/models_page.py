@@ -39,14 +39,13 @@ STATES = ("present", "missing", "downloading")
 @dataclass(frozen=True)
 class ModelKind:
     """One row of the page: kind "tts", "stt" or "llm"; its QSettings key; what Choose… asks for, "folder" or "file";
-    offer: what its Download fetches (engine/catalogue.py); recommended: whether "Get the recommended models" does."""
+    offer: what its Download fetches (engine/catalogue.py)."""
 
     kind: str
     title: str
     key: str
     pick: str
     offer: Offer
-    recommended: bool
 
     def label(self) -> str:
         """The offer as its button names it: "Qwen2.5 1.5B Instruct, about 1 GB"."""
@@ -64,11 +63,10 @@ def _kinds() -> tuple[ModelKind, ...]:
 
     best = recommended(this_machine())
     return (
-        ModelKind("tts", "Voice — Qwen3-TTS", "models/tts", "folder", best["tts"], True),
+        ModelKind("tts", "Voice — Qwen3-TTS", "models/tts", "folder", best["tts"]),
         # on a CPU the bundled base is the better fit (a larger Whisper slows every turn); small stays on offer
-        ModelKind("stt", "Hearing — Whisper", "models/stt", "folder", best["stt"] or WHISPER_SMALL,
-                  best["stt"] is not None),
-        ModelKind("llm", "Thinking — language model (GGUF)", "models/llm", "file", best["llm"], True),
+        ModelKind("stt", "Hearing — Whisper", "models/stt", "folder", best["stt"] or WHISPER_SMALL),
+        ModelKind("llm", "Thinking — language model (GGUF)", "models/llm", "file", best["llm"]),
     )
 
 
@@ -281,12 +279,10 @@ class ModelsPage(QWidget):
         self.get_recommended_button.setVisible(bool(todo))
 
     def recommended_downloads(self) -> list[str]:
-        """What "Get the recommended models" fetches: the kinds with no usable model, or only the one that comes with
-        Parley (Whisper base, SmolLM2: the automatic setting), whose recommended model is not downloaded (nor
-        downloading) yet."""
-        return [name for name, row in self.rows.items()
-                if row.kind.recommended and name not in self.downloads and row.download_button.isVisibleTo(self)
-                and (self.found[name].path is None or (name != "tts" and not self._setting(name)))]
+        """The kinds "Get the recommended models" fetches (engine/catalogue.py to_download), less those under way."""
+        from engine.catalogue import this_machine, to_download
+
+        return [offer.kind for offer in to_download(self.found, this_machine()) if offer.kind not in self.downloads]
 
     def get_recommended(self) -> None:
         """Download every recommended model not here yet, side by side, each with its own progress."""

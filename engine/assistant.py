@@ -210,6 +210,7 @@ class Assistant:
             ChatOptions,
             bundled_model_path,
         )
+        from engine.catalogue import downloaded
         from engine.metrics import MetricsRecorder
 
         has_cuda = torch.cuda.is_available()
@@ -220,7 +221,9 @@ class Assistant:
         chat_options = config.chat_options or ChatOptions()
         if self.device == "cpu":
             chat_options = replace(chat_options, n_gpu_layers=0)
-        llm_path = Path(config.llm_model).expanduser() if config.llm_model else bundled_model_path()
+        # automatic: the recommended model where it has been downloaded, else the one that comes with Parley
+        llm_path = (Path(config.llm_model).expanduser() if config.llm_model
+                    else downloaded("llm") or bundled_model_path())
         self.chat = ChatModel(llm_path, chat_options, config.system_prompt or DEFAULT_SYSTEM_PROMPT)
         self.metrics = MetricsRecorder()
 
@@ -244,7 +247,8 @@ class Assistant:
 
         try:
             if config.voice_input:
-                self.transcriber = Transcriber(config.stt_model or None, TranscriberOptions(device=self.device))
+                self.transcriber = Transcriber(config.stt_model or downloaded("stt"),
+                                               TranscriberOptions(device=self.device))
                 self.transcriber.warm_up()
                 if self.transcriber.gpu_unavailable:
                     self._gpu_notice(self.transcriber.gpu_unavailable, "loading the speech recognition")

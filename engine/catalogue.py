@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.models import DEFAULT_TTS_REPO, models_dir
+from engine.models import DEFAULT_TTS_REPO, Found, models_dir
 
 KINDS = ("tts", "stt", "llm")
 
@@ -86,3 +86,27 @@ def this_machine() -> Machine:
         except (OSError, subprocess.SubprocessError):
             gpu = 0
     return Machine(memory, gpu)
+
+
+def downloaded(kind: str) -> Path | None:
+    """The language or hearing model ("llm", "stt") an automatic setting takes: the one recommended for this machine
+    where it has been downloaded, else another downloaded offer of that kind; None (the bundled one then) where there
+    is none."""
+    best = recommended(this_machine()).get(kind)
+    for offer in sorted((o for o in OFFERS if o.kind == kind), key=lambda o: o is not best):
+        if offer.downloaded_path().exists():
+            return offer.downloaded_path()
+    return None
+
+
+def to_download(found: dict[str, Found], machine: Machine) -> list[Offer]:
+    """The recommended offers not here yet: for each kind with no usable model, or only the one that comes with
+    Parley (Whisper base or SmolLM2), whose recommended model is not downloaded; a damaged download of it is fetched
+    again."""
+    wanted = []
+    for kind, offer in recommended(machine).items():
+        if offer is not None and (found[kind].path is None or found[kind].bundled):
+            if found[kind].damaged or not offer.download_folder().exists():
+                wanted.append(offer)
+    return wanted
+

@@ -233,6 +233,66 @@ def _chat(args) -> int:
         return _voice_chat(assistant, about)
 
 
+def _models(args) -> int:
+    """What each model is and where it was found (as the app's Models page says), what Parley recommends for this
+    computer, and, with --download, fetching it (checked against the hub's hashes, resumable; into Parley's models
+    folder, where the app and `parley chat` find it on their own)."""
+    from engine.catalogue import this_machine, to_download
+    from engine.downloads import DownloadError, NoNetworkError, download_command, download_model
+    from engine.models import locate_model
+    from engine.settings import read_settings
+
+    stored = read_settings()
+    titles = {"tts": "Voice (speech model)", "stt": "Hearing (Whisper)", "llm": "Thinking (language model)"}
+    found = {kind: locate_model(kind, str(stored.get(f"{kind}_model", ""))) for kind in titles}
+    for kind, title in titles.items():
+        state = "ready" if found[kind].path else "cannot be read" if found[kind].damaged else "missing"
+        where = found[kind].where if found[kind].path else found[kind].where.split(". ")[0].split(";")[0]
+        print(f"{title}: {state}. {where[:1].upper() + where[1:]}")
+    wanted = to_download(found, this_machine())
+    if not wanted:
+        print("Nothing to download: Parley has what it recommends for this computer.")
+        return 0
+    print("Recommended for this computer:")
+    for offer in wanted:
+        print(f"  {offer.name} ({offer.size}, {offer.licence}): {offer.why}\n"
+              f"    {download_command(offer.repo_id, offer.download_folder(), offer.files)}")
+    if not args.download:
+        print("Download them with: parley models --download")
+        return 0
+    for offer in wanted:
+        progress = _DownloadProgress(offer.name)
+        try:
+            download_model(offer.repo_id, offer.download_folder(), files=offer.files, progress=progress,
+                           replace=offer.download_folder().exists())
+        except NoNetworkError:
+            progress.end("no network")
+            print("parley: no network here: run the commands above on a computer that has one, then copy the "
+                  "folders to the same place here", file=sys.stderr)
+            return 2
+        except DownloadError:
+            progress.end("failed")
+            raise
+        progress.end(f"done: {offer.downloaded_path()}")
+    return 0
+
+
+class _DownloadProgress:
+    """A download's progress on one line of standard error, rewritten as it grows."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, done: int, total: int) -> None:
+        share = f"{done / total:.0%} of {total / 1e9:.2f} GB" if total else "asking the hub"
+        sys.stderr.write(f"\r{self.name}: {share}   ")
+        sys.stderr.flush()
+
+    def end(self, how: str) -> None:
+        sys.stderr.write(f"\r{self.name}: {how}\n")
+        sys.stderr.flush()
+
+
 def _figures(metrics) -> str:
     from engine.metrics import FIGURES, LABELS, format_figure
 
@@ -410,9 +470,11 @@ def main(argv=None) -> int:
     chat.add_argument("--device", type=_engine_device, help=f"auto, cuda or cpu, for the three models ({settings} "
                       "auto: the GPU where there is one)")
     chat.add_argument("--profile", default="default", help="whose history the turns are saved in")
+    models = commands.add_parser("models", help="what models Parley has, and what it recommends for this computer")
+    models.add_argument("--download", action="store_true", help="download the recommended models not here yet")
     args = parser.parse_args(argv)
     try:
-        return {"say": _say, "chat": _chat}[args.command](args)
+        return {"say": _say, "chat": _chat, "models": _models}[args.command](args)
     except ParleyError as e:
         print(f"parley: {e}", file=sys.stderr)
         return 2

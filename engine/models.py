@@ -98,11 +98,12 @@ def _hub_cache(repo: str) -> Path | None:
 class Found:
     """Where a model was found: path (None when it cannot be used), where ("chosen folder", "bundled package",
     "Parley's models folder", "Hugging Face cache", ...) or, when it cannot be used, why (the engine's message);
-    damaged: it is there, but would not load (as opposed to missing)."""
+    damaged: it is there, but would not load (as opposed to missing); bundled: it came with Parley."""
 
     path: Path | None
     where: str
     damaged: bool = False
+    bundled: bool = False
 
 
 def locate_model(kind: str, setting: str) -> Found:
@@ -181,23 +182,30 @@ def _safetensors_problem(path: Path) -> str:
 def _locate_stt(setting: str) -> Found:
     from engine.stt.whisper import BUNDLED_PARTS, HOW_TO_GET, find_whisper_model
 
+    from engine.catalogue import downloaded
+
     if setting:
         path = find_whisper_model(setting)
         return Found(path, f"Chosen: {path}")
+    if (path := downloaded("stt")) is not None:
+        return Found(find_whisper_model(str(path)), f"Parley's models folder: {path}")
     # find_whisper_model(None) would assemble the bundled model (a 140 MB copy); here it is only looked for
     folders = [package_folder(module) for module, _part in BUNDLED_PARTS]
     if None in folders:
         raise ModelMissingError(f"no Whisper model: the bundled packages are not installed; {HOW_TO_GET}")
-    return Found(folders[0], "Comes with Parley: Whisper base (English and 98 more languages)")
+    return Found(folders[0], "Comes with Parley: Whisper base (English and 98 more languages)", bundled=True)
 
 
 def _locate_llm(setting: str) -> Found:
+    from engine.catalogue import downloaded
     from engine.llm.chat import bundled_model_path
 
+    if not setting and (path := downloaded("llm")) is not None:
+        return _locate_llm(str(path))
     if not setting:
         path = bundled_model_path()
         return Found(path, "Comes with Parley: SmolLM2-135M, a tiny model for trying Parley offline; its answers are "
-                           "often wrong. The download below answers far better.")
+                           "often wrong. The download below answers far better.", bundled=True)
     path = Path(setting).expanduser()
     if not path.is_file():
         raise ModelMissingError(f"{path}: no such model file; choose a .gguf file or download one")

@@ -303,3 +303,40 @@ def test_chat_with_a_microphone_this_user_may_not_open_says_how_to_allow_it_and_
         (conversation,) = history.list_conversations()
         user, reply = history.open_conversation(conversation.id).turns
     assert user.text == "Name a color." and out.strip() == reply.text
+
+
+def test_models_says_what_is_here_and_downloads_what_is_recommended(tmp_path, monkeypatch, capsys, tiny_checkpoint,
+                                                                    smollm2_path):
+    """`parley models` on a first run: the speech model missing, the bundled Whisper and SmolLM2 here, and the
+    recommended downloads with sizes, licences and their hf commands; `--download` fetches them (from a local hub),
+    after which the speech model is found and the downloaded language model is the automatic choice of the app and
+    `parley chat` alike, and there is nothing left to download."""
+    from engine.catalogue import recommended, this_machine
+    from engine.cli import main
+    from engine.models import DEFAULT_TTS_REPO, locate_model
+    from tests.app.fake_hub import FakeHub
+
+    monkeypatch.setenv("PARLEY_MODELS", str(tmp_path / "models"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no app settings: every model automatic
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    llm = recommended(this_machine())["llm"]
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "Voice (speech model): missing. The speech model Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice is not on" in out
+    assert "Thinking (language model): ready. Comes with Parley: SmolLM2-135M" in out
+    assert f"{llm.name} ({llm.size}, Apache-2.0)" in out and f"hf download {llm.repo_id} {llm.files[0]}" in out
+    assert out.rstrip().endswith("Download them with: parley models --download")
+
+    tts = {p.relative_to(tiny_checkpoint).as_posix(): p.read_bytes()
+           for p in tiny_checkpoint.rglob("*") if p.is_file()}
+    gguf = smollm2_path.read_bytes()  # a real GGUF under the recommended name: it must load as one
+    with FakeHub({DEFAULT_TTS_REPO: tts, llm.repo_id: {llm.files[0]: gguf}}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        assert main(["models", "--download"]) == 0
+    err = capsys.readouterr().err
+    assert f"{llm.name}: done: {llm.downloaded_path()}" in err
+    assert locate_model("tts", "").path == tmp_path / "models" / "Qwen3-TTS-12Hz-0.6B-CustomVoice"
+    assert locate_model("llm", "").path == llm.downloaded_path()
+    assert main(["models"]) == 0
+    assert "Nothing to download" in capsys.readouterr().out
