@@ -201,7 +201,8 @@ def _locate_llm(setting: str) -> Found:
     from engine.llm.chat import bundled_model_path
 
     if not setting and (path := downloaded("llm")) is not None:
-        return _locate_llm(str(path))
+        _locate_llm(str(path))  # checks it as a chosen file is checked
+        return Found(path, f"Parley's models folder: {path}")
     if not setting:
         path = bundled_model_path()
         return Found(path, "Comes with Parley: SmolLM2-135M, a tiny model for trying Parley offline; its answers are "

@@ -313,7 +313,7 @@ def test_models_says_what_is_here_and_downloads_what_is_recommended(tmp_path, mo
     `parley chat` alike, and there is nothing left to download."""
     from engine.catalogue import recommended, this_machine
     from engine.cli import main
-    from engine.models import DEFAULT_TTS_REPO, locate_model
+    from engine.models import DEFAULT_TTS_REPO, Found, locate_model
     from tests.app.fake_hub import FakeHub
 
     monkeypatch.setenv("PARLEY_MODELS", str(tmp_path / "models"))
@@ -337,6 +337,6 @@ def test_models_says_what_is_here_and_downloads_what_is_recommended(tmp_path, mo
     err = capsys.readouterr().err
     assert f"{llm.name}: done: {llm.downloaded_path()}" in err
     assert locate_model("tts", "").path == tmp_path / "models" / "Qwen3-TTS-12Hz-0.6B-CustomVoice"
-    assert locate_model("llm", "").path == llm.downloaded_path()
+    assert locate_model("llm", "") == Found(llm.downloaded_path(), f"Parley's models folder: {llm.downloaded_path()}")
     assert main(["models"]) == 0
     assert "Nothing to download" in capsys.readouterr().out
