@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
 ROLES = ("user", "assistant", "partial", "notice")
+WIDEST = 0.8  # a bubble's widest, as a share of the conversation's width; a short one is as wide as its text
 AS_WRITTEN = "said as you typed it"  # the note of a turn in which Parley said the user's text, not a reply
 KEPT_AUDIO = 20  # replies whose audio is kept for "Save audio…": a minute of speech is 5.8 MB
 
@@ -43,7 +44,7 @@ class Bubble(QFrame):
         layout.setContentsMargins(12, 8, 12, 8)
         layout.addWidget(self.label)
         layout.addWidget(self.note)
-        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        self.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Preferred)  # its height follows its width
         self.set_text(text)
 
     def set_text(self, text: str, spoken: tuple[int, int] | None = None) -> None:
@@ -60,6 +61,13 @@ class Bubble(QFrame):
             shown = (f"{html.escape(text[:start])}<span style='background-color:{back}; color:{fore}'>"
                      f"{html.escape(text[start:end])}</span>{html.escape(text[end:])}")
         self.label.setText(shown.replace("\n", "<br>"))
+
+    def sizeHint(self) -> QSize:
+        """As wide as its longest line (or note), so that a short message makes a short bubble; the view caps it."""
+        margins = self.layout().contentsMargins()
+        lines = [(self.label, line) for line in self.text.split("\n")] + [(self.note, self.note.text())]
+        text = max(label.fontMetrics().horizontalAdvance(line) for label, line in lines)
+        return QSize(text + margins.left() + margins.right() + 4, super().sizeHint().height())
 
     def set_note(self, note: str) -> None:
         shown = " · ".join(part for part in (self.tag, note) if part)
@@ -222,13 +230,19 @@ class ChatView(QScrollArea):
         line.setContentsMargins(0, 0, 0, 0)
         if role == "user" or role == "partial":
             line.addStretch(1)
-        line.addWidget(bubble, 4)
+        line.addWidget(bubble)
         if role in ("assistant", "notice"):
             line.addStretch(1)
+        bubble.setMaximumWidth(int(self.viewport().width() * WIDEST))
         self._layout.addWidget(row)
         self.bubbles.append(bubble)
         self._show_hint(False)
         return bubble
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        for bubble in self.bubbles:
+            bubble.setMaximumWidth(int(self.viewport().width() * WIDEST))
 
     def _show_hint(self, shown: bool) -> None:
         # shown, the hint takes the height (its text centred in it); hidden, the stretch above keeps the bubbles low

@@ -131,3 +131,22 @@ def test_a_reply_keeps_its_audio_for_save_audio_the_last_twenty_only(qtbot):
     menu = view._menu(replies[0], replies[0].rect().center())
     assert not menu.actions()[1].isEnabled() and "not kept" in menu.actions()[1].text()
     menu.close()
+
+
+def test_a_short_message_makes_a_short_bubble_and_a_long_one_wraps_at_most_four_fifths_wide(qtbot):
+    """The report saw one-line bubbles stretched across a 1,400-pixel window: a bubble is as wide as its text, up to
+    WIDEST of the view, and a long one wraps inside that, tall enough for all its lines, also after the view narrows."""
+    from app.chat_view import WIDEST
+
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(1400, 500)
+    view.show()
+    short = view.add_user("Hi!")
+    long = view.add_user("A question that goes on and on, " * 12)
+    widest = view.viewport().width() * WIDEST
+    qtbot.waitUntil(lambda: 0 < short.width() < 120 and widest - 2 <= long.width() <= widest)
+    view.resize(500, 500)
+    widest = view.viewport().width() * WIDEST
+    qtbot.waitUntil(lambda: long.width() <= widest and long.height() >= long.heightForWidth(long.width()))
+    assert long.label.height() >= long.label.heightForWidth(long.label.width())  # every line shows
