@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 
@@ -20,6 +20,9 @@ ROLES = ("user", "assistant", "partial", "notice")
 WIDEST = 0.8  # a bubble's widest, as a share of the conversation's width; a short one is as wide as its text
 AS_WRITTEN = "said as you typed it"  # the note of a turn in which Parley said the user's text, not a reply
 KEPT_AUDIO = 20  # replies whose audio is kept for "Save audio…": a minute of speech is 5.8 MB
+# a growing reply is drawn at most this often, not at every token: each draw lays out all its text again, in the GUI
+# thread, which shares Python with the engine's threads on a small machine
+REPLY_DRAW_MS = 50
 
 
 class Bubble(QFrame):
@@ -49,7 +52,7 @@ class Bubble(QFrame):
 
     def set_text(self, text: str, spoken: tuple[int, int] | None = None) -> None:
         """Show `text`; `spoken` = (start, end) character offsets of the part now being spoken, highlighted."""
-        self.text = text
+        self.text, self.spoken = text, spoken
         if spoken is None:
             shown = html.escape(text)
         else:
@@ -111,6 +114,8 @@ class ChatView(QScrollArea):
         self._partial: Bubble | None = None
         self._reply: Bubble | None = None  # the assistant bubble of the turn under way
         self._spoken_to = 0  # where the next spoken clause is looked for in the reply's text
+        self._draw = QTimer(self, singleShot=True, interval=REPLY_DRAW_MS)
+        self._draw.timeout.connect(self._draw_reply)
         self.verticalScrollBar().rangeChanged.connect(self._follow)
 
     # -- the turn under way -----------------------------------------------------------------------
@@ -137,11 +142,18 @@ class ChatView(QScrollArea):
         return self._reply
 
     def reply_text(self, text: str) -> None:
-        """The reply so far (it only grows); the first call opens the assistant bubble."""
+        """The reply so far (it only grows); the first call opens the assistant bubble, later ones are drawn together
+        within REPLY_DRAW_MS."""
         if self._reply is None:
             self._reply = self._add("assistant", text)
         else:
-            self._reply.set_text(text)
+            self._reply.text = text
+            if not self._draw.isActive():
+                self._draw.start()
+
+    def _draw_reply(self) -> None:
+        if self._reply is not None:  # the text grew since; the clause being spoken stays highlighted
+            self._reply.set_text(self._reply.text, self._reply.spoken)
 
     def speaking_clause(self, clause: str, index: int) -> None:
         """Highlight `clause` (the index-th of the reply) in the reply bubble: its audio started playing."""

@@ -150,3 +150,27 @@ def test_a_short_message_makes_a_short_bubble_and_a_long_one_wraps_at_most_four_
     widest = view.viewport().width() * WIDEST
     qtbot.waitUntil(lambda: long.width() <= widest and long.height() >= long.heightForWidth(long.width()))
     assert long.label.height() >= long.label.heightForWidth(long.label.width())  # every line shows
+
+
+def test_a_growing_reply_is_drawn_in_batches_and_keeps_its_highlight(qtbot, monkeypatch):
+    """Tokens faster than REPLY_DRAW_MS are drawn together (each draw lays out the whole text again in the GUI
+    thread), the text is always the newest, and a draw after a clause started keeps that clause highlighted."""
+    from app.chat_view import REPLY_DRAW_MS
+
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.add_user("Count for me.")
+    view.reply_text("One")
+    bubble = view.bubbles[-1]
+    draws = []
+    real = bubble.label.setText
+    monkeypatch.setattr(bubble.label, "setText", lambda shown: (draws.append(shown), real(shown)))
+    text = "One"
+    for _ in range(200):
+        text += " two"
+        view.reply_text(text)
+    assert bubble.text == text and draws == []  # 200 tokens, no draw yet
+    view.speaking_clause("One two two", 0)  # the first clause starts playing: drawn at once, highlighted
+    view.reply_text(text + " three.")
+    qtbot.wait(3 * REPLY_DRAW_MS)
+    assert len(draws) == 2 and draws[-1].endswith("two three.") and "background-color" in draws[-1]
