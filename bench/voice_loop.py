@@ -321,6 +321,11 @@ def describe(metrics) -> str:
             + (", reply begun in the pause" if metrics.early_reply else ""))
 
 
+def _number(value: float) -> str:
+    """Three significant figures, never in exponent form: 1410, 26.7, 0.286."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def report(args, summary, scored: int, failed: int, early: int, setup: str) -> int:
     """Prints the table (and writes --json); the exit status."""
     print(f"\n{scored} scored turns ({failed} failed, {early} with the reply begun in the pause), {setup}\n")
@@ -329,13 +334,13 @@ def report(args, summary, scored: int, failed: int, early: int, setup: str) -> i
     for name, label in ROWS:
         if name in summary:
             f = summary[name]
-            print(f"| {label} | {f.p50:.3g} | {f.p95:.3g} | {f.count} |")
+            print(f"| {label} | {_number(f.p50)} | {_number(f.p95)} | {f.count} |")
         else:
             print(f"| {label} | - | - | 0 |")
     if "voice_to_voice_ms" in summary:
         f = summary["voice_to_voice_ms"]
-        print(f"| voice-to-voice beyond the {args.silence_ms} ms window, ms | {f.p50 - args.silence_ms:.3g} | "
-              f"{f.p95 - args.silence_ms:.3g} | {f.count} |")
+        print(f"| voice-to-voice beyond the {args.silence_ms} ms window, ms | {_number(f.p50 - args.silence_ms)} | "
+              f"{_number(f.p95 - args.silence_ms)} | {f.count} |")
     if args.json:
         Path(args.json).write_text(json.dumps({
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "setup": setup, "scored_turns": scored,
