@@ -17,9 +17,16 @@ from app.settings import APPLICATION, ORGANIZATION, Settings
 from app.style import apply_style
 
 
-# System libraries Qt's X11 platform plugin loads that a desktop install may lack, with the Debian/Ubuntu package
-# of each; without one, Qt aborts (a core dump) with a hint buried among its plugin messages
-X11_LIBRARIES = {"xcb-cursor": "libxcb-cursor0"}
+# The libraries Qt's X11 platform plugin links (ldd on PySide6's libqxcb.so and libQt6XcbQpa.so), with the
+# Debian/Ubuntu package of each. Without one Qt aborts with a core dump, and its hint names libxcb-cursor0 whichever
+# is missing: on a machine lacking libxcb-icccm4 and libxcb-keysyms1 it still asked for xcb-cursor0.
+X11_LIBRARIES = {
+    "xcb-cursor": "libxcb-cursor0", "xcb-icccm": "libxcb-icccm4", "xcb-keysyms": "libxcb-keysyms1",
+    "xcb-image": "libxcb-image0", "xcb-render-util": "libxcb-render-util0", "xcb-randr": "libxcb-randr0",
+    "xcb-shape": "libxcb-shape0", "xcb-shm": "libxcb-shm0", "xcb-sync": "libxcb-sync1", "xcb-util": "libxcb-util1",
+    "xcb-xfixes": "libxcb-xfixes0", "xcb-xkb": "libxcb-xkb1", "xkbcommon-x11": "libxkbcommon-x11-0",
+    "X11-xcb": "libx11-xcb1",
+}
 
 
 def missing_x11_packages(qt_args: list[str]) -> list[str]:
