@@ -293,6 +293,45 @@ class _DownloadProgress:
         sys.stderr.flush()
 
 
+def _serve(args) -> int:
+    """The speech engine on the OpenAI audio API's speech route (engine/speech_server.py), until Ctrl-C."""
+    import uvicorn
+
+    from engine.models import find_tts_model
+    from engine.settings import load_config
+    from engine.speech_server import ServiceOptions, create_app
+
+    token = args.token or os.environ.get("PARLEY_API_TOKEN") or None
+    if token is None and not _loopback(args.host):
+        raise ParleyError(f"serving on {args.host} lets other computers in: give them a token to send (--token, or "
+                          "PARLEY_API_TOKEN), or serve on 127.0.0.1")
+    config = load_config(tts_model=args.model)
+    folder = find_tts_model(config.tts_model or None)
+    tts = _load_tts(folder, args.device or _device_of(config.device), None)
+    requests = logging.getLogger("engine.speech_server")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("parley: %(message)s"))
+    requests.addHandler(handler)
+    requests.setLevel(logging.INFO)
+    print(f"parley: serving {tts.folder.name} on {tts.device} at http://{args.host}:{args.port}/v1 (the OpenAI audio "
+          f"API's speech route{', token required' if token else ''}); Ctrl-C stops", file=sys.stderr, flush=True)
+    app = create_app(tts, ServiceOptions(token=token, max_waiting=args.max_waiting))
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _loopback(host: str) -> bool:
+    """Whether only this computer can reach `host`."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _figures(metrics) -> str:
     from engine.metrics import FIGURES, LABELS, format_figure
 
@@ -470,11 +509,19 @@ def main(argv=None) -> int:
     chat.add_argument("--device", type=_engine_device, help=f"auto, cuda or cpu, for the three models ({settings} "
                       "auto: the GPU where there is one)")
     chat.add_argument("--profile", default="default", help="whose history the turns are saved in")
+    serve = commands.add_parser("serve", help="speak for other programs: the OpenAI audio API's speech route")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: this computer only)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--token", help="the bearer token clients must send (or PARLEY_API_TOKEN); needed beyond "
+                                       "this computer")
+    serve.add_argument("--max-waiting", type=int, default=8, help="requests that may wait while one is spoken")
+    serve.add_argument("--model", help=f"checkpoint folder or hub id ({settings} Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
+    serve.add_argument("--device", type=_device, help=f"cpu or cuda ({settings} the GPU where there is one)")
     models = commands.add_parser("models", help="what models Parley has, and what it recommends for this computer")
     models.add_argument("--download", action="store_true", help="download the recommended models not here yet")
     args = parser.parse_args(argv)
     try:
-        return {"say": _say, "chat": _chat, "models": _models}[args.command](args)
+        return {"say": _say, "chat": _chat, "serve": _serve, "models": _models}[args.command](args)
     except ParleyError as e:
         print(f"parley: {e}", file=sys.stderr)
         return 2

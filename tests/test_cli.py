@@ -5,6 +5,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -340,3 +341,38 @@ def test_models_says_what_is_here_and_downloads_what_is_recommended(tmp_path, mo
     assert locate_model("llm", "") == Found(llm.downloaded_path(), f"Parley's models folder: {llm.downloaded_path()}")
     assert main(["models"]) == 0
     assert "Nothing to download" in capsys.readouterr().out
+
+
+def test_serve_speaks_for_openais_client_and_stops_on_ctrl_c(short_checkpoint, tmp_path):
+    """`parley serve` loads the model, says where it listens, answers the OpenAI client with audio (and logs the
+    request's TTFC and RTF), and Ctrl-C stops it."""
+    import openai
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", "--port", str(port), "--model",
+                               str(short_checkpoint)], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not any("Ctrl-C stops" in line for line in lines):
+            lines.append(server.stderr.readline())
+            assert lines[-1] or server.poll() is None, "".join(lines)
+        assert f"at http://127.0.0.1:{port}/v1" in lines[-1]
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=2)
+        audio = client.audio.speech.create(model="parley", voice="ryan", input="Served.", response_format="pcm")
+        assert len(audio.content) > 0 and len(audio.content) % 2 == 0
+        server.send_signal(signal.SIGINT)
+        _, rest = server.communicate(timeout=60)
+    finally:
+        server.kill()
+    assert server.returncode == 0 and "speech: 7 characters, voice ryan: TTFC" in rest
+
+
+def test_serve_beyond_this_computer_needs_a_token(tmp_path, capsys):
+    """Listening on every interface without a token would let anyone on the network in: refused before loading."""
+    from engine.cli import main
+
+    assert main(["serve", "--host", "0.0.0.0", "--model", str(tmp_path / "not-loaded")]) == 2
+    assert "give them a token to send (--token, or PARLEY_API_TOKEN)" in capsys.readouterr().err

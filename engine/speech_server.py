@@ -1,0 +1,225 @@
+"""Parley's speech engine as a service on the OpenAI audio API's speech route (`POST /v1/audio/speech`), which
+OpenAI's own clients, Pipecat's OpenAITTSService, LiveKit's openai.TTS and Open WebUI call with a base URL. Each
+chunk is sent as soon as it is decoded.
+
+The engine speaks one utterance at a time (until it batches streams): requests wait their turn in a bounded queue,
+and one beyond it is refused at once with 429, never queued without end. `create_app(tts)` is the ASGI app;
+`parley serve` runs it with uvicorn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from engine.errors import InputTextError, ParleyError
+
+log = logging.getLogger(__name__)
+
+MAX_INPUT_CHARS = 4096  # the OpenAI API's own limit on this route's input
+FORMATS = {"pcm": "audio/pcm", "wav": "audio/wav"}  # both 16-bit signed little-endian mono at the model's rate
+
+
+@dataclass(frozen=True)
+class ServiceOptions:
+    """token: the bearer token every request must carry (None: none is asked for; `parley serve` allows that on the
+    loopback interface only). max_waiting: requests that may wait behind the one being spoken."""
+
+    token: str | None = None
+    max_waiting: int = 8
+
+
+class _Refused(Exception):
+    """A request the API answers with an error object: {"error": {message, type, param, code}}."""
+
+    def __init__(self, status: int, message: str, code: str, param: str | None = None,
+                 kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.code, self.param, self.kind = status, code, param, kind
+
+    def response(self) -> JSONResponse:
+        error = {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}
+        return JSONResponse({"error": error}, status_code=self.status)
+
+
+def create_app(tts, options: ServiceOptions | None = None) -> FastAPI:
+    """The service around a loaded TTSEngine (engine/tts): /v1/audio/speech, /v1/models and /health."""
+    options = options or ServiceOptions()
+    app = FastAPI(title="Parley speech", docs_url=None, redoc_url=None, openapi_url=None)
+    speaking = threading.Lock()  # the engine's one utterance at a time
+    queue = _Queue(options.max_waiting)
+
+    @app.middleware("http")
+    async def authorize(request: Request, call_next):
+        if options.token is not None and request.url.path != "/health":
+            given = request.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, f"Bearer {options.token}".encode()):
+                return _Refused(401, "this Parley server needs its token: send 'Authorization: Bearer <token>'",
+                                "invalid_api_key", kind="authentication_error").response()
+        return await call_next(request)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "model": tts.folder.name, "speaking": queue.speaking, "waiting": queue.waiting,
+                "at_once": 1, "max_waiting": options.max_waiting}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": tts.folder.name, "object": "model", "created": 0,
+                                            "owned_by": "parley"}]}
+
+    @app.post("/v1/audio/speech")
+    async def speech(request: Request):
+        try:
+            text, voice, style, audio_format = _read_request(await _json(request), tts)
+            stream = tts.stream(text, voice, instruct=style)
+            chunks = _speak(stream, tts.sample_rate_hz, speaking, queue, text, voice)
+            first = await anext(chunks, b"")  # a fault before the first chunk is still an error response
+        except _Refused as e:
+            return e.response()
+        except InputTextError as e:
+            return _Refused(400, str(e), "invalid_input", "input").response()
+        except ParleyError as e:
+            log.warning("speech failed: %s", e)
+            return _Refused(500, str(e), "engine_error", kind="server_error").response()
+
+        async def body():
+            try:
+                if audio_format == "wav":
+                    yield _wav_header(tts.sample_rate_hz)
+                yield first
+                async for pcm in chunks:
+                    yield pcm
+            except ParleyError as e:  # the status is sent: the audio ends where the engine failed
+                log.warning("speech failed after its first audio: %s", e)
+            finally:
+                await chunks.aclose()  # a client gone mid-stream cancels the synthesis
+
+        return StreamingResponse(body(), media_type=FORMATS[audio_format])
+
+    return app
+
+
+class _Queue:
+    """Requests being spoken or waiting to be; refuses one beyond `max_waiting` with 429."""
+
+    def __init__(self, max_waiting: int):
+        self.max_waiting, self.waiting, self.speaking = max_waiting, 0, 0
+        self._lock = threading.Lock()
+
+    def join(self) -> None:
+        with self._lock:
+            if self.speaking + self.waiting >= 1 + self.max_waiting:
+                raise _Refused(429, f"Parley is busy: it speaks one request at a time, and {self.waiting} "
+                                    f"{'is' if self.waiting == 1 else 'are'} waiting already; try again shortly",
+                               "busy", kind="server_busy")
+            self.waiting += 1
+
+    def begin(self) -> None:
+        with self._lock:
+            self.waiting -= 1
+            self.speaking += 1
+
+    def end(self, began: bool) -> None:
+        with self._lock:
+            if began:
+                self.speaking -= 1
+            else:
+                self.waiting -= 1
+
+
+async def _speak(stream, rate_hz: int, speaking: threading.Lock, queue: _Queue, text: str, voice: str | None):
+    """The stream's chunks as 16-bit PCM bytes, synthesised on a thread of their own once the engine is free;
+    closing this generator (the client went away) cancels the stream."""
+    queue.join()
+    loop = asyncio.get_running_loop()
+    out: asyncio.Queue = asyncio.Queue()
+    t_request = time.perf_counter()
+
+    def produce() -> None:
+        began = False
+        try:
+            with speaking:
+                queue.begin()
+                began = True
+                t_start, samples, first = time.perf_counter(), 0, None
+                for chunk in stream:
+                    first = first or time.perf_counter()
+                    samples += chunk.pcm.size
+                    loop.call_soon_threadsafe(out.put_nowait, _int16(chunk.pcm))
+                if first is not None:
+                    audio_s = samples / rate_hz
+                    log.info("speech: %d characters, voice %s: TTFC %.0f ms (%.0f ms waiting), RTF %.2f, %.1f s",
+                             len(text), voice or "default", (first - t_request) * 1000, (t_start - t_request) * 1000,
+                             (time.perf_counter() - t_start) / audio_s, audio_s)
+        except BaseException as e:  # handed to the request, which answers or ends its response with it
+            loop.call_soon_threadsafe(out.put_nowait, e)
+        finally:
+            queue.end(began)
+            loop.call_soon_threadsafe(out.put_nowait, None)
+
+    threading.Thread(target=produce, name="parley-serve-speech", daemon=True).start()
+    try:
+        while (item := await out.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stream.cancel()
+
+
+async def _json(request: Request) -> dict:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise _Refused(400, "the request body must be JSON: {\"model\", \"input\", \"voice\", ...}", "invalid_json")
+    if not isinstance(body, dict):
+        raise _Refused(400, "the request body must be a JSON object", "invalid_json")
+    return body
+
+
+def _read_request(body: dict, tts) -> tuple[str, str | None, str | None, str]:
+    """(input, voice, instructions, response_format) of a speech request, each checked; _Refused says what is wrong."""
+    text = body.get("input")
+    if not isinstance(text, str) or not text.strip():
+        raise _Refused(400, "input must be the text to speak", "invalid_input", "input")
+    if len(text) > MAX_INPUT_CHARS:
+        raise _Refused(400, f"input is {len(text):,} characters; at most {MAX_INPUT_CHARS:,} a request (send longer "
+                            "text in parts)", "input_too_long", "input")
+    voice = body.get("voice")
+    if voice is not None and not isinstance(voice, str):
+        raise _Refused(400, "voice must be a name", "invalid_voice", "voice")
+    if voice and tts.speakers and voice.lower() not in {s.lower() for s in tts.speakers}:
+        raise _Refused(400, f"no voice {voice!r}; this model has {', '.join(tts.speakers)}", "invalid_voice",
+                       "voice")
+    audio_format = body.get("response_format") or "wav"
+    if audio_format not in FORMATS:
+        raise _Refused(400, f"response_format {audio_format!r} is not served; choose pcm (16-bit, "
+                            f"{tts.sample_rate_hz} Hz, mono) or wav", "invalid_response_format", "response_format")
+    speed = body.get("speed", 1.0)
+    if speed not in (1, 1.0):
+        raise _Refused(400, "this speech model speaks at one speed; leave speed out or send 1.0", "invalid_speed",
+                       "speed")
+    style = body.get("instructions") or None
+    return text, voice or None, style, audio_format
+
+
+def _int16(pcm: np.ndarray) -> bytes:
+    return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+
+
+def _wav_header(rate_hz: int) -> bytes:
+    """A WAV header for 16-bit mono of a length not known yet (the sizes at their largest, as streamed WAV has)."""
+    unknown = 0xFFFFFFFF
+    return (b"RIFF" + struct.pack("<I", unknown) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, rate_hz,
+                                                                             rate_hz * 2, 2, 16)
+            + b"data" + struct.pack("<I", unknown))

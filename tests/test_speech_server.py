@@ -1,0 +1,170 @@
+"""The speech service over real HTTP (uvicorn on the loopback), called by OpenAI's own Python client and by plain
+HTTP, on the tiny random-weight checkpoint: streamed PCM and WAV, the models and health routes, the API's error
+shape for bad requests, the token, and the queue's limit."""
+
+import io
+import json
+import socket
+import threading
+import time
+import urllib.request
+import wave
+
+import numpy as np
+import openai
+import pytest
+import uvicorn
+
+from engine.speech_server import MAX_INPUT_CHARS, ServiceOptions, create_app
+
+
+class Server:
+    """create_app(tts, options) served by uvicorn on a free loopback port, in a thread."""
+
+    def __init__(self, tts, options=None):
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        config = uvicorn.Config(create_app(tts, options), log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.socket.close()
+
+
+@pytest.fixture(scope="module")
+def server(short_tts):
+    with Server(short_tts) as running:
+        yield running
+
+
+def client(server, token="unused"):
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=token, max_retries=0)
+
+
+def test_openais_client_streams_pcm_and_wav_in_the_voice_asked_for(server, short_tts):
+    """The openai package's speech call (with_streaming_response) gets 16-bit PCM at the model's rate, chunk by
+    chunk, and a WAV that Python's wave module reads; both carry speech (not silence) of the same length."""
+    with client(server).audio.speech.with_streaming_response.create(
+            model=short_tts.folder.name, voice="ryan", input="Hello there, from the service.",
+            response_format="pcm") as response:
+        assert response.headers["content-type"] == "audio/pcm"
+        parts = list(response.iter_bytes())
+    pcm = np.frombuffer(b"".join(parts), "<i2")
+    assert pcm.size > short_tts.sample_rate_hz // 25 and np.abs(pcm).max() > 0
+    wav = client(server).audio.speech.create(model=short_tts.folder.name, voice="Ryan", input="Hello there.",
+                                             response_format="wav").content
+    with wave.open(io.BytesIO(wav)) as read:
+        assert (read.getframerate(), read.getnchannels(), read.getsampwidth()) == (short_tts.sample_rate_hz, 1, 2)
+        frames = read.readframes(10**9)
+    assert len(frames) > 0 and len(frames) % 2 == 0
+
+
+def test_models_and_health_say_what_is_served(server, short_tts):
+    assert [m.id for m in client(server).models.list()] == [short_tts.folder.name]
+    assert health(server) == {"status": "ok", "model": short_tts.folder.name, "speaking": 0, "waiting": 0,
+                              "at_once": 1, "max_waiting": 8}
+
+
+@pytest.mark.parametrize("fields, param, said", [
+    ({"input": ""}, "input", "input must be the text to speak"),
+    ({"input": "a" * (MAX_INPUT_CHARS + 1)}, "input", "at most 4,096 a request"),
+    ({"voice": "nobody"}, "voice", "no voice 'nobody'; this model has"),
+    ({"response_format": "mp3"}, "response_format", "choose pcm"),
+    ({"speed": 1.5}, "speed", "one speed"),
+    ({"input": "\u0000\u0001"}, "input", "nothing"),
+])
+def test_bad_requests_get_the_apis_error_shape_and_the_server_goes_on(server, short_tts, fields, param, said):
+    """Each bad request is a 400 with {"error": {message, type, param, code}}, which the client raises as
+    BadRequestError; the next good request is served."""
+    request = {"model": short_tts.folder.name, "voice": "ryan", "input": "Fine.", **fields}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client(server).audio.speech.create(**request)
+    error = refused.value.body
+    assert refused.value.status_code == 400 and error["param"] == param and said in error["message"]
+    assert error["type"] == "invalid_request_error" and error["code"]
+    assert client(server).audio.speech.create(model="x", voice="ryan", input="Fine.").content
+
+
+def test_a_server_with_a_token_refuses_requests_without_it(short_tts):
+    with Server(short_tts, ServiceOptions(token="s3cret")) as guarded:
+        with pytest.raises(openai.AuthenticationError):
+            client(guarded, token="wrong").models.list()
+        assert [m.id for m in client(guarded, token="s3cret").models.list()] == [short_tts.folder.name]
+        with urllib.request.urlopen(f"{guarded.url}/health") as response:  # no token: for load balancers
+            assert response.status == 200
+
+
+class HeldTTS:
+    """The real engine, whose streams wait for `release` before their first chunk: a request holds the engine for
+    as long as a test needs."""
+
+    def __init__(self, tts):
+        self.tts, self.release = tts, threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.tts, name)
+
+    def stream(self, *args, **kwargs):
+        return _Held(self.tts.stream(*args, **kwargs), self.release)
+
+
+class _Held:
+    def __init__(self, stream, release):
+        self.stream, self.release = stream, release
+
+    def __iter__(self):
+        self.release.wait(60)
+        yield from self.stream
+
+    def cancel(self):
+        self.stream.cancel()
+
+
+def health(server) -> dict:
+    with urllib.request.urlopen(f"{server.url}/health") as response:
+        return json.load(response)
+
+
+def test_requests_beyond_the_queue_are_refused_at_once_and_the_rest_are_served_in_turn(short_tts):
+    """One is spoken, max_waiting wait, and one more is a 429 at once, in the API's error shape (nothing crashes);
+    then every accepted request gets its audio, in turn."""
+    held = HeldTTS(short_tts)
+    with Server(held, ServiceOptions(max_waiting=1)) as small:
+        sizes = []
+
+        def ask():
+            sizes.append(len(client(small).audio.speech.create(model="x", voice="ryan", input="In turn.",
+                                                                response_format="pcm").content))
+
+        first, second = threading.Thread(target=ask), threading.Thread(target=ask)
+        first.start()
+        wait_for(lambda: health(small)["speaking"] == 1)
+        second.start()
+        wait_for(lambda: health(small)["waiting"] == 1)
+        with pytest.raises(openai.APIStatusError) as refused:
+            client(small).audio.speech.create(model="x", voice="ryan", input="One too many.")
+        assert refused.value.status_code == 429 and refused.value.body["code"] == "busy"
+        assert "speaks one request at a time, and 1 is waiting already" in refused.value.body["message"]
+        held.release.set()
+        first.join(60)
+        second.join(60)
+    assert len(sizes) == 2 and all(size > 0 for size in sizes)
+
+
+def wait_for(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
