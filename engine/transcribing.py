@@ -72,6 +72,12 @@ class TranscribingAhead:
             done, self._early_done = self._early_done, None
         return done[1] if done is not None and done[0] == key else None
 
+    def made_early(self, key: tuple[int, int]):
+        """The early Transcript of the turn `key` if it is made, else None; without waiting, and left for the turn."""
+        with self._early:
+            done = self._early_done
+        return done[1] if done is not None and done[0] == key else None
+
     def _transcribe_early(self) -> None:
         while not self._closing.is_set():
             with self._early:

@@ -467,3 +467,28 @@ def test_a_reply_begun_in_a_pause_the_user_talks_on_through_is_dropped_unheard_a
     assert [t.text for t in saved_turns(dialogue)] == [result.user_text, result.reply_text]
     order = [type(e).__name__ for e in events.seen]
     assert order.index("Heard") < order.index("ReplyText") and order.index("Heard") < order.index("SpeakingClause")
+
+
+def test_a_pause_the_voice_calls_finished_but_the_words_leave_hanging_keeps_the_turn(parts, user_mic, speak):
+    """ "I want to book a table for", a second's pause, "four people.": the end-of-turn model takes espeak-ng's
+    falling pitch for a finished turn (checked below), but the pause's early transcript ends on "for", so the loop
+    keeps listening and the one turn holds both halves; the finished sentence then ends after a short pause, not
+    the 2 s longest pause."""
+    from engine.stt.turn import TurnModel
+    from tests.stt.conftest import silence, voiced_span
+
+    model = TurnModel()
+    first = speak("I want to book a table for")
+    lo, hi = voiced_span(first)
+    assert model.probability(np.concatenate([first[lo:hi], silence(0.2)])) > 0.5  # the voice alone would end it
+    dialogue, mic = parts
+    events = Events()
+    loop = VoiceLoop(dialogue, mic, options=VoiceOptions(vad=VadOptions(silence_ms=2000), echo_cancellation=False),
+                     turn_model=model)
+    loop.subscribe(events)
+    loop.start()
+    with loop:
+        user_mic(np.concatenate([first, np.zeros(16_000, np.float32), speak("four people.")]))
+        finished = events.wait_for(TurnFinished)
+    text = finished.result.user_text.lower()
+    assert "table" in text and "people" in text and len(events.of(Heard)) == 1, text

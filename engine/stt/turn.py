@@ -1,4 +1,5 @@
-"""End of turn from the voice itself: whether a pause is the end of what the user wanted to say, or a pause for thought.
+"""End of turn from the voice itself: whether a pause is the end of what the user wanted to say, or a pause for thought;
+and from the words (`trails_off`), once they are transcribed.
 
 The model is Smart Turn v3.2 (Pipecat's open model, BSD-2-Clause: a Whisper-tiny encoder with a classifier, 8.7 MB,
 int8), which ships inside the pipecat-ai package. Parley installs that package without its dependencies and reads the
@@ -20,7 +21,7 @@ from engine.models import package_folder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HOW_TO_GET", "TurnModel", "turn_model_path"]
+__all__ = ["HOW_TO_GET", "TurnModel", "trails_off", "turn_model_path"]
 
 SAMPLE_RATE_HZ = 16_000
 WINDOW_S = 8  # the model's input: the last 8 s, zeros before shorter audio
@@ -82,3 +83,32 @@ class TurnModel:
         features = self._features(audio.astype(np.float32), padding=0)[:, : self._frames]
         (logits,) = self._session.run(None, {"input_features": features[None]})
         return float(np.asarray(logits).ravel()[0])  # the model ends in a sigmoid: already a probability
+
+
+# English words a finished sentence seldom ends on: articles, prepositions, conjunctions, possessives, auxiliaries and
+# fillers ("a table for", "the best time to call me is", "so, um")
+_TRAILING = frozenset("""
+    a an the my your his her its our their every
+    to for of at by with from into onto about than as like
+    and but or nor because if when while though although unless until whether
+    is are was were be been does did would could should shall may might must
+    very he she we they
+    um uh er erm hmm mm ah eh
+""".split())  # not "so", "that", "you", "on", "do", "can": "I think so", "thank you", "turn it on", "I can" end turns
+
+
+def trails_off(text: str, language: str) -> bool:
+    """Whether a transcript (in `language`, a Whisper code) stops mid-sentence: it ends in "..." or a dash, or, in
+    English, on a word a finished sentence seldom ends on. Another language's words are not judged.
+
+    The end-of-turn model hears the voice; this reads the words, which a pause for thought leaves hanging, whatever
+    the voice's pitch did (synthetic voices, and many speakers, fall at every pause).
+    """
+    text = text.strip()
+    if text.endswith(("...", "…", "-", "—")):  # Whisper's marks of a voice trailing off or cut short
+        return True
+    if text.endswith(("?", "!")) or language != "en":
+        return False
+    words = text.rstrip(".,;:-–— ").split()
+    return bool(words) and words[-1].strip("\"'“”‘’()").lower() in _TRAILING
+

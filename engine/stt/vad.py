@@ -12,7 +12,7 @@ import collections
 import enum
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,15 +188,18 @@ class Endpointer:
 
     Hands-free: a turn starts when speech lasts min_speech_ms and ends after silence_ms of silence, or, with an
     end-of-turn model (engine/stt/turn.py TurnModel), after turn_check_ms of it where the model says the user has
-    finished. Push-to-talk: `press()` and `release()` bound the turn; silence never ends it, and the audio
-    handed back is trimmed to the speech inside (plus pre-roll and tail). Not thread-safe: one
-    capture loop feeds it.
+    finished and `words_finished(key)`, where given, agrees about the turn that would end (key: its start and end
+    samples, as ending_turn() gives them): True ends it, False keeps listening (for more speech or silence_ms), None
+    (its words are not transcribed yet) asks again at the next block. Push-to-talk: `press()` and `release()` bound
+    the turn; silence never ends it, and the audio handed back is trimmed to the speech inside (plus pre-roll and
+    tail). Not thread-safe: one capture loop feeds it.
     """
 
     def __init__(self, options: VadOptions | None = None, mode: Mode | str = Mode.HANDS_FREE,
-                 vad: SileroVad | None = None, turn_model=None):
+                 vad: SileroVad | None = None, turn_model=None,
+                 words_finished: Callable[[tuple[int, int]], bool | None] | None = None):
         self.options = options or VadOptions()
-        self.turn_model = turn_model
+        self.turn_model, self.words_finished = turn_model, words_finished
         try:
             self.mode = Mode(mode)
         except ValueError:
@@ -232,6 +235,7 @@ class Endpointer:
         self._speech_samples = 0
         self._silence_start: int | None = None
         self._asked = False  # the end-of-turn model was asked about the pause under way
+        self._model_done = False  # ... and said the user has finished
 
     @property
     def in_turn(self) -> bool:
@@ -350,18 +354,29 @@ class Endpointer:
             self._silence_start = start
 
     def _finished(self) -> bool:
-        """Whether the end-of-turn model, asked once a pause, says the user has finished (always False without one)."""
-        if self.turn_model is None or self._asked:
+        """Whether the end-of-turn model, asked once a pause, says the user has finished (always False without one),
+        and the words, once transcribed, do not trail off."""
+        if self.turn_model is None:
             return False
-        self._asked = True
-        return self.turn_model.probability(np.concatenate(self._blocks)) >= self.options.turn_threshold
+        if not self._asked:
+            self._asked = True
+            self._model_done = self.turn_model.probability(np.concatenate(self._blocks)) >= self.options.turn_threshold
+        if not self._model_done or self.words_finished is None:
+            return self._model_done
+        verdict = self.words_finished((self._begin_sample(), self.ending_sample))
+        if verdict is False:
+            self._model_done = False  # the words hang: wait for more of them, or for the longest pause
+        return bool(verdict)
 
     def _finish(self, reason: str, trim_end: bool = True) -> Turn:
         turn = self._turn(reason, min(self._last_speech_end + self._tail, self._pos) if trim_end else self._pos)
         self._clear_turn()
         return turn
 
+    def _begin_sample(self) -> int:
+        return max(self._first_speech - self._pre_roll, self._origin)
+
     def _turn(self, reason: str, end: int) -> Turn:
         audio = np.concatenate(self._blocks) if self._blocks else np.zeros(0, np.float32)
-        begin = max(self._first_speech - self._pre_roll, self._origin)
+        begin = self._begin_sample()
         return Turn(audio[begin - self._origin : end - self._origin].copy(), begin, end, reason)

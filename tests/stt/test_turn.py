@@ -8,7 +8,7 @@ import pytest
 from engine.errors import ModelFilesError, ModelMissingError
 from engine.stt import BLOCK_SAMPLES, SAMPLE_RATE_HZ, Endpointer, SileroVad, Turn, VadOptions, split_blocks
 from engine.stt import turn as turn_module
-from engine.stt.turn import TurnModel
+from engine.stt.turn import TurnModel, trails_off
 from tests.stt.conftest import silence, voiced_span
 
 FINISHED = "What time does the store close?"
@@ -92,3 +92,44 @@ def test_speech_after_a_thinking_pause_goes_on_in_the_same_turn(model, voiced):
     reason, _ = ends(Endpointer(VadOptions(silence_ms=2000), turn_model=model), audio,
                      len(audio) - len(silence(2.5)))
     assert reason == "complete"
+
+
+@pytest.mark.parametrize("text, language, hanging", [
+    ("I want to book a table for.", "en", True),  # Whisper's full stop after a voice that stopped
+    ("The best time to call me is", "en", True),
+    ("My brother just bought a...", "en", True),
+    ("So, um", "en", True),
+    ("Can you tell me the", "en", True),
+    ("I was going to-", "en", True),
+    ("What is a good book to read?", "en", False),
+    ("Turn the lights on.", "en", False),
+    ("Thank you.", "en", False),
+    ("I think so.", "en", False),
+    ("Book a table for four.", "en", False),
+    ("", "en", False),
+    ("Je voudrais réserver une table pour", "fr", False),  # another language's words are not judged
+    ("Je voudrais réserver une table pour...", "fr", True),  # but an ellipsis is one in any
+])
+def test_words_left_hanging_are_told_from_a_finished_sentence(text, language, hanging):
+    assert trails_off(text, language) is hanging
+
+
+def test_the_endpointer_ends_a_finished_sounding_turn_only_once_its_words_agree(model, voiced):
+    """The model calls the question finished after 200 ms; the words' verdict decides: None (not transcribed yet)
+    asks again at each block, True ends the turn there ("complete"), False waits for the longest pause. The key
+    asked about is the turn's own (its start and end samples)."""
+    speech = voiced(FINISHED)
+    audio = np.concatenate([silence(0.5), speech, silence(3.0)])
+    end_of_speech = len(silence(0.5)) + len(speech)
+    for verdict, reason, low, high in ((True, "complete", 500, 900), (False, "silence", 2000, 2300)):
+        asked = []
+
+        def words(key, verdict=verdict):
+            asked.append(key)
+            return None if len(asked) < 10 else verdict  # ten blocks (~320 ms) to transcribe
+
+        endpointer = Endpointer(VadOptions(silence_ms=2000, turn_check_ms=200), turn_model=model,
+                                words_finished=words)
+        got, waited_ms = ends(endpointer, audio, end_of_speech)
+        assert got == reason and low <= waited_ms <= high, (verdict, got, waited_ms)
+        assert len(set(asked)) == 1 and len(asked) == 10  # one turn's key; not asked again once it answered
