@@ -111,11 +111,18 @@ class _Download(QObject):
 
 
 class ModelRow(QFrame):
-    """A model's card: title, state, where it was found (or why it is missing), and its actions."""
+    """A model's card: title, state, where it was found (or why it is missing), and its actions.
+
+    Signals:
+        progressed(): its download's bytes (done, total) changed.
+    """
+
+    progressed = Signal()
 
     def __init__(self, kind: ModelKind, parent: QWidget | None = None):
         super().__init__(parent)
         self.kind = kind
+        self.done = self.total = 0  # its download's bytes, while one runs
         self.setObjectName("modelRow")
         self.title = QLabel(kind.title, objectName="modelTitle")
         self.state = QLabel(objectName="modelState")
@@ -203,6 +210,8 @@ class ModelRow(QFrame):
         self.copy_button.setVisible(visible)
 
     def show_progress(self, done: int, total: int) -> None:
+        self.done, self.total = done, total
+        self.progressed.emit()
         self.bar.setValue(round(1000 * done / total) if total else 0)
         self.bar_text.setText(f"{_megabytes(done)} of {_megabytes(total)}" if total else "asking the hub…")
 
@@ -234,14 +243,23 @@ class ModelsPage(QWidget):
         self.get_recommended_button = QPushButton("Get the recommended models", objectName="getRecommended")
         self.get_recommended_button.setProperty("primary", True)
         self.get_recommended_button.clicked.connect(self.get_recommended)
+        # every download under way in one bar, as "Get the recommended models" starts several
+        self.total_bar = QProgressBar(objectName="downloadBar", accessibleName="All downloads: progress")
+        self.total_bar.setRange(0, 1000)
+        self.total_text = QLabel(objectName="modelWhere")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(16, 16, 16, 16)
         layout.setSpacing(12)
         layout.addWidget(QLabel("Models", objectName="headline"))
         layout.addWidget(self.summary)
         layout.addWidget(self.get_recommended_button, 0, Qt.AlignmentFlag.AlignLeft)
+        total = QHBoxLayout()
+        total.addWidget(self.total_bar, 1)
+        total.addWidget(self.total_text)
+        layout.addLayout(total)
         for name, row in self.rows.items():
             layout.addWidget(row)
+            row.progressed.connect(self._show_total)
             row.choose_button.clicked.connect(lambda _=False, n=name: self.ask_choose(n))
             row.auto_button.clicked.connect(lambda _=False, n=name: self.set_path(n, ""))
             row.download_button.clicked.connect(lambda _=False, n=name: self.start_download(n))
@@ -277,6 +295,18 @@ class ModelsPage(QWidget):
             + (f"\nRecommended for this computer: {offers}." if todo else "")
         )
         self.get_recommended_button.setVisible(bool(todo))
+        self._show_total()
+
+    def _show_total(self) -> None:
+        """The downloads under way together: one bar, and how many bytes of how many."""
+        rows = [self.rows[name] for name in self.downloads]
+        done, total = sum(r.done for r in rows), sum(r.total for r in rows)
+        self.total_bar.setVisible(bool(rows))
+        self.total_text.setVisible(bool(rows))
+        self.total_bar.setValue(round(1000 * done / total) if total else 0)
+        models = "1 model" if len(rows) == 1 else f"{len(rows)} models"
+        self.total_text.setText(f"{models}: {_megabytes(done)} of {_megabytes(total)}" if total else
+                                f"{models}: asking the hub…")
 
     def recommended_downloads(self) -> list[str]:
         """The kinds "Get the recommended models" fetches (engine/catalogue.py to_download), less those under way."""
@@ -330,6 +360,7 @@ class ModelsPage(QWidget):
         if name in self.downloads:
             return
         download = _Download(self.rows[name].kind)
+        self.rows[name].done = self.rows[name].total = 0
         download.progress.connect(self.rows[name].show_progress)
         download.finished.connect(self._download_finished)
         download.failed.connect(self._download_failed)

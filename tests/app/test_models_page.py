@@ -227,7 +227,9 @@ def test_get_the_recommended_models_fetches_each_missing_one_and_all_are_ready(p
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         qtbot.mouseClick(page.get_recommended_button, Qt.MouseButton.LeftButton)
         assert set(page.downloads) == {"tts", "llm"} and not page.get_recommended_button.isVisible()
+        assert page.total_bar.isVisible() and page.total_text.text().startswith("2 models: ")  # one view of both
         qtbot.waitUntil(lambda: not page.downloads, timeout=60_000)
+    assert not page.total_bar.isVisible()
     assert qsettings.value("models/llm") == str(llm.downloaded_path()) and llm.downloaded_path().read_bytes() == gguf
     assert qsettings.value("models/tts") == str(models_dir / TTS_FOLDER)
     assert page.missing() == [] and all(row.state.text() == "Ready" for row in page.rows.values())
