@@ -185,7 +185,7 @@ class Listener:
         turn_model: the end-of-turn model (engine/stt/turn.py TurnModel) the Endpointer asks after a short pause,
             or None: the pause alone ends a turn. Where the model says the user has finished, the turn ends once the
             pause's early transcript is made and its words do not trail off (engine/stt/turn.py trails_off): that
-            text is the turn's, so waiting for it costs the reply no time.
+            text is the turn's, which it would wait for anyway.
     Raises:
         ModelFilesError: the Silero VAD model is missing.
     """
