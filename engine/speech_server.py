@@ -17,10 +17,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from engine.audio.wav import pcm16
 from engine.errors import InputTextError, ParleyError
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ async def _speak(stream, rate_hz: int, speaking: threading.Lock, queue: _Queue, 
                 for chunk in stream:
                     first = first or time.perf_counter()
                     samples += chunk.pcm.size
-                    loop.call_soon_threadsafe(out.put_nowait, _int16(chunk.pcm))
+                    loop.call_soon_threadsafe(out.put_nowait, pcm16(chunk.pcm).tobytes())
                 if first is not None:
                     audio_s = samples / rate_hz
                     log.info("speech: %d characters, voice %s: TTFC %.0f ms (%.0f ms waiting), RTF %.2f, %.1f s",
@@ -211,10 +211,6 @@ def _read_request(body: dict, tts) -> tuple[str, str | None, str | None, str]:
                        "speed")
     style = body.get("instructions") or None
     return text, voice or None, style, audio_format
-
-
-def _int16(pcm: np.ndarray) -> bytes:
-    return (np.clip(pcm, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
 
 
 def _wav_header(rate_hz: int) -> bytes:

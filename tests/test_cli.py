@@ -315,7 +315,7 @@ def test_models_says_what_is_here_and_downloads_what_is_recommended(tmp_path, mo
     from engine.catalogue import recommended, this_machine
     from engine.cli import main
     from engine.models import DEFAULT_TTS_REPO, Found, locate_model
-    from tests.app.fake_hub import FakeHub
+    from tests.app.fake_hub import FakeHub, repo_files
 
     monkeypatch.setenv("PARLEY_MODELS", str(tmp_path / "models"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no app settings: every model automatic
@@ -329,10 +329,8 @@ def test_models_says_what_is_here_and_downloads_what_is_recommended(tmp_path, mo
     assert f"{llm.name} ({llm.size}, Apache-2.0)" in out and f"hf download {llm.repo_id} {llm.files[0]}" in out
     assert out.rstrip().endswith("Download them with: parley models --download")
 
-    tts = {p.relative_to(tiny_checkpoint).as_posix(): p.read_bytes()
-           for p in tiny_checkpoint.rglob("*") if p.is_file()}
     gguf = smollm2_path.read_bytes()  # a real GGUF under the recommended name: it must load as one
-    with FakeHub({DEFAULT_TTS_REPO: tts, llm.repo_id: {llm.files[0]: gguf}}) as hub:
+    with FakeHub({DEFAULT_TTS_REPO: repo_files(tiny_checkpoint), llm.repo_id: {llm.files[0]: gguf}}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         assert main(["models", "--download"]) == 0
     err = capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""A finished piece of speech as a WAV file (16-bit PCM, mono), written whole or not at all."""
+"""Speech as 16-bit PCM: a finished piece as a WAV file (mono), written whole or not at all, and the samples
+themselves (`pcm16`), as the speech service streams them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ import wave
 from pathlib import Path
 
 import numpy as np
+
+
+def pcm16(pcm: np.ndarray) -> np.ndarray:
+    """Float samples in [-1, 1] (clipped beyond) as 16-bit signed little-endian integers."""
+    return (np.clip(np.asarray(pcm, np.float32), -1.0, 1.0) * 32767.0).round().astype("<i2")
 
 
 def write_wav(path: Path | str, pcm: np.ndarray, rate_hz: int) -> Path:
@@ -20,7 +26,7 @@ def write_wav(path: Path | str, pcm: np.ndarray, rate_hz: int) -> Path:
     path = Path(path)
     if not path.parent.is_dir():
         raise FileNotFoundError(f"{path.parent}: no such folder; choose another place for {path.name}")
-    samples = (np.clip(np.asarray(pcm, np.float32), -1.0, 1.0) * 32767.0).round().astype("<i2")
+    samples = pcm16(pcm)
     fd, tmp = tempfile.mkstemp(suffix=".wav", prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f, wave.open(f, "wb") as out:

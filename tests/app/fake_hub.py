@@ -130,3 +130,8 @@ def _sibling(path: str, content: bytes) -> dict:
         sibling["lfs"] = {"sha256": hashlib.sha256(content).hexdigest(), "size": len(content), "pointerSize": 134}
     return sibling
 
+
+def repo_files(folder) -> dict[str, bytes]:
+    """A folder as FakeHub serves a repository: {path inside it: bytes}."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+

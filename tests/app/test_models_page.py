@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QFileDialog
 from app.models_page import ModelsPage
 from engine.models import locate_model
 from engine.models import DEFAULT_TTS_REPO
-from tests.app.fake_hub import FakeHub
+from tests.app.fake_hub import FakeHub, repo_files
 
 TTS_FOLDER = DEFAULT_TTS_REPO.split("/")[1]
 CHUNK = 10 * 1024 * 1024  # huggingface_hub's write size: a download held after 12 MiB has one chunk on disk
@@ -39,10 +39,6 @@ def page(qtbot, qsettings, models_dir):
     qtbot.addWidget(widget)
     widget.show()
     return widget
-
-
-def _checkpoint_files(folder):
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def test_present_models_say_where_they_were_found(qtbot, qsettings, models_dir, tiny_checkpoint, smollm2_path):
@@ -140,7 +136,7 @@ def test_a_damaged_checkpoint_cannot_be_read_here_as_it_cannot_be_loaded(page, q
 def test_download_shows_progress_then_the_model_is_ready(page, qtbot, qsettings, models_dir, tiny_checkpoint,
                                                          monkeypatch):
     """Download fetches the repository from the hub (HF_ENDPOINT), the bar fills, the path is stored, Ready."""
-    files = _checkpoint_files(tiny_checkpoint)
+    files = repo_files(tiny_checkpoint)
     row = page.rows["tts"]
     with FakeHub({DEFAULT_TTS_REPO: files}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)  # read by huggingface_hub in the download's process
@@ -151,7 +147,7 @@ def test_download_shows_progress_then_the_model_is_ready(page, qtbot, qsettings,
             page.downloads["tts"].progress.connect(lambda done, total: seen.append((done, total)))
     target = models_dir / TTS_FOLDER
     assert qsettings.value("models/tts") == str(target)
-    assert _checkpoint_files(target) == files
+    assert repo_files(target) == files
     assert seen and seen[-1] == (sum(map(len, files.values())),) * 2
     assert row.state.text() == "Ready" and not row.bar.isVisible() and not row.download_button.isVisible()
     assert page.missing() == []
@@ -193,7 +189,7 @@ def test_a_damaged_download_is_offered_again_and_replaced(page, qtbot, qsettings
     because the folder existed, leaving no way out but the file manager); the new copy replaces it, Ready."""
     import shutil
 
-    files = _checkpoint_files(tiny_checkpoint)
+    files = repo_files(tiny_checkpoint)
     target = models_dir / TTS_FOLDER
     shutil.copytree(tiny_checkpoint, target)
     (target / "config.json").write_text("{ not json")
@@ -205,7 +201,7 @@ def test_a_damaged_download_is_offered_again_and_replaced(page, qtbot, qsettings
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         with qtbot.waitSignal(page.modelsChanged, timeout=60_000):
             qtbot.mouseClick(row.download_button, Qt.MouseButton.LeftButton)
-    assert _checkpoint_files(target) == files
+    assert repo_files(target) == files
     assert row.state.text() == "Ready" and not row.download_button.isVisible()
     assert sorted(p.name for p in models_dir.iterdir()) == [TTS_FOLDER]
 
@@ -222,7 +218,7 @@ def test_get_the_recommended_models_fetches_each_missing_one_and_all_are_ready(p
     qsettings.setValue("models/llm", str(models_dir / "nothing.gguf"))  # no usable language model either
     page.refresh()
     assert page.recommended_downloads() == ["tts", "llm"] and page.get_recommended_button.isVisible()
-    repos = {DEFAULT_TTS_REPO: _checkpoint_files(tiny_checkpoint), llm.repo_id: {llm.files[0]: gguf}}
+    repos = {DEFAULT_TTS_REPO: repo_files(tiny_checkpoint), llm.repo_id: {llm.files[0]: gguf}}
     with FakeHub(repos) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         qtbot.mouseClick(page.get_recommended_button, Qt.MouseButton.LeftButton)

@@ -3,6 +3,7 @@
 import re
 
 import numpy as np
+import pytest
 
 from engine.stt import SAMPLE_RATE_HZ
 
@@ -28,4 +29,15 @@ def word_error_rate(reference: str, hypothesis: str) -> float:
             prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
     return row[-1] / max(len(ref), 1)
 
+
+@pytest.fixture(scope="module")
+def voiced(speak):
+    """voiced(text): espeak-ng speech cut to its voiced samples, so silence around it is only ours."""
+
+    def voiced(text):
+        audio = speak(text)
+        lo, hi = voiced_span(audio)
+        return audio[lo:hi]
+
+    return voiced
 

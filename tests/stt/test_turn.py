@@ -9,7 +9,7 @@ from engine.errors import ModelFilesError, ModelMissingError
 from engine.stt import BLOCK_SAMPLES, SAMPLE_RATE_HZ, Endpointer, SileroVad, Turn, VadOptions, split_blocks
 from engine.stt import turn as turn_module
 from engine.stt.turn import TurnModel, trails_off
-from tests.stt.conftest import silence, voiced_span
+from tests.stt.conftest import silence
 
 FINISHED = "What time does the store close?"
 THINKING = "Well, so, um"
@@ -18,16 +18,6 @@ THINKING = "Well, so, um"
 @pytest.fixture(scope="module")
 def model():
     return TurnModel()
-
-
-@pytest.fixture(scope="module")
-def voiced(speak):
-    def voiced(text):
-        audio = speak(text)
-        lo, hi = voiced_span(audio)
-        return audio[lo:hi]
-
-    return voiced
 
 
 def test_the_features_are_whispers_own(speak):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from engine.stt import BLOCK_SAMPLES, SAMPLE_RATE_HZ, Endpointer, SileroVad, SpeechStart, Turn, VadOptions, split_blocks
-from tests.stt.conftest import silence, voiced_span
+from tests.stt.conftest import silence
 
 SENTENCE = "Please turn on the kitchen lights."
 OTHER = "What is the weather like tomorrow?"
@@ -14,18 +14,6 @@ TOLERANCE = round(0.15 * SAMPLE_RATE_HZ)  # a few 32 ms blocks: onsets and offse
 @pytest.fixture(scope="module")
 def vad():
     return SileroVad()
-
-
-@pytest.fixture(scope="module")
-def voiced(speak):
-    """voiced(text): espeak-ng speech cut to its voiced samples, so silence around it is only ours."""
-
-    def voiced(text):
-        audio = speak(text)
-        lo, hi = voiced_span(audio)
-        return audio[lo:hi]
-
-    return voiced
 
 
 def assert_brackets(start_sample, end_sample, first, last, options=VadOptions()):
