@@ -12,7 +12,6 @@ QLabel#offlineHelp, QProgressBar#downloadBar.
 
 from __future__ import annotations
 
-import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,7 +179,7 @@ class ModelRow(QFrame):
         self.state.setText({"present": "Ready", "missing": "Missing", "damaged": "Cannot be read",
                             "downloading": "Downloading"}[state])
         # a missing model's first clause; the whole message (with the engine's advice) is the tooltip
-        self.where.setText(found.where if found.path else _first_clause(found.where))
+        self.where.setText(found.headline)
         self.where.setToolTip("" if found.path else found.where)
         self.download_button.setProperty("primary", state in ("missing", "damaged"))
         self.auto_button.setVisible(bool(setting))
@@ -391,12 +390,6 @@ class ModelsPage(QWidget):
                               f"{self.found[name].where if self.found[name].path else ''}".strip())
         else:
             row.where.setText(f"Download failed: {error}")
-
-
-def _first_clause(message: str) -> str:
-    """"/x: not a GGUF model file" out of "/x: not a GGUF model file; llama.cpp reads ...", capitalised."""
-    clause = re.split(r"\. |; |\n", message, maxsplit=1)[0].rstrip(":. ")
-    return clause[:1].upper() + clause[1:] + "."
 
 
 def _megabytes(n: int) -> str:

@@ -247,8 +247,7 @@ def _models(args) -> int:
     found = {kind: locate_model(kind, str(stored.get(f"{kind}_model", ""))) for kind in titles}
     for kind, title in titles.items():
         state = "ready" if found[kind].path else "cannot be read" if found[kind].damaged else "missing"
-        where = found[kind].where if found[kind].path else found[kind].where.split(". ")[0].split(";")[0]
-        print(f"{title}: {state}. {where[:1].upper() + where[1:]}")
+        print(f"{title}: {state}. {found[kind].headline}")
     wanted = to_download(found, this_machine())
     if not wanted:
         print("Nothing to download: Parley has what it recommends for this computer.")

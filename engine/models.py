@@ -105,6 +105,15 @@ class Found:
     damaged: bool = False
     bundled: bool = False
 
+    @property
+    def headline(self) -> str:
+        """`where` in one line: whole where the model was found; else its first clause, capitalised ("/x: not a GGUF
+        model file." out of "/x: not a GGUF model file; llama.cpp reads ...")."""
+        if self.path is not None:
+            return self.where
+        clause = re.split(r"\. |; |\n", self.where, maxsplit=1)[0].rstrip(":. ")
+        return clause[:1].upper() + clause[1:] + "."
+
 
 def locate_model(kind: str, setting: str) -> Found:
     """Find the model of `kind` ("tts", "stt", "llm") for a setting (a path, or "" for automatic).
