@@ -252,10 +252,12 @@ class Transcriber:
         from faster_whisper import WhisperModel
 
         try:
-            return WhisperModel(str(self.path), device=self.device, compute_type=self.compute_type,
-                                cpu_threads=self.options.cpu_threads, local_files_only=True)
+            model = WhisperModel(str(self.path), device=self.device, compute_type=self.compute_type,
+                                 cpu_threads=self.options.cpu_threads, local_files_only=True)
         except RuntimeError as e:  # CTranslate2: "Unable to open file 'model.bin' ...", bad format, ...
             raise ModelFilesError(f"{self.path}: the Whisper model does not load ({e}); {HOW_TO_GET}") from e
+        model.encode = _EncodedOnce(model.encode)
+        return model
 
     def warm_up(self) -> float:
         """Runs one tiny transcription so the first real turn pays no first-call costs; returns its seconds."""
@@ -285,8 +287,11 @@ class Transcriber:
         t0 = time.perf_counter()
         if len(audio) == 0:
             return Transcript("", self.language or "", 0.0, 0.0, 0.0)
+        language, probability = (self.heard_language if quick else self.language), 1.0
+        if language is None:
+            language, probability = self._detect_language(audio)
         segments, info = self._model.transcribe(
-            audio, language=self.heard_language if quick else self.language, beam_size=self.options.beam_size,
+            audio, language=language, beam_size=self.options.beam_size,
             # a turn is short and already trimmed by our VAD; carrying text between 30 s windows
             # is what makes Whisper loop on repeated phrases, so neither is wanted here
             vad_filter=False, condition_on_previous_text=False,
@@ -298,5 +303,32 @@ class Transcriber:
         text = " ".join(s.text.strip() for s in segments).strip()  # segments is lazy: decoding happens here
         if text and not quick:
             self.heard_language = info.language
-        return Transcript(text, info.language, float(info.language_probability),
-                          len(audio) / SAMPLE_RATE_HZ, time.perf_counter() - t0)
+        return Transcript(text, info.language, probability, len(audio) / SAMPLE_RATE_HZ, time.perf_counter() - t0)
+
+    def _detect_language(self, audio: np.ndarray) -> tuple[str, float]:
+        """The language of `audio` and the detection's confidence, from the encoding of the very window the
+        decoding then encodes, so that _EncodedOnce hands it the same encoding. (faster-whisper's own detection
+        encodes the window with its last feature frame, the decoding without it: two encoder passes, which on a
+        CPU are most of a turn's transcription time.)"""
+        from faster_whisper.audio import pad_or_trim
+
+        features = self._model.feature_extractor(audio)
+        window = pad_or_trim(features[:, : features.shape[-1] - 1])  # as WhisperModel.generate_segments cuts it
+        (token, probability), *_ = self._model.model.detect_language(self._model.encode(window))[0]
+        return token[2:-2], float(probability)  # "<|en|>" -> "en"
+
+
+class _EncodedOnce:
+    """WhisperModel.encode with its last result kept: language detection and the decoding ask for the encoding of
+    the same window, one after the other."""
+
+    def __init__(self, encode):
+        self._encode = encode
+        self._last: tuple[np.ndarray, object] | None = None
+
+    def __call__(self, features: np.ndarray):
+        if self._last is not None and np.array_equal(self._last[0], features):
+            return self._last[1]
+        encoded = self._encode(features)
+        self._last = (np.array(features), encoded)
+        return encoded

@@ -38,6 +38,28 @@ def test_detects_english_when_no_language_is_fixed(speak, transcriber):
     assert transcript.language == "en" and transcript.language_probability > 0.5
 
 
+def test_a_detected_language_costs_no_second_encoder_pass(speak, transcriber):
+    """Detecting the language encodes the turn's window once, for the detection and the decoding both (faster-whisper
+    alone encodes it twice), and finds what faster-whisper's own detection finds, in English and in German."""
+    passes, heard = [], transcriber.heard_language
+    encode = transcriber._model.encode  # the model's encode, with its last result kept
+    count = encode._encode
+    encode._encode = lambda features: passes.append(1) or count(features)
+    try:
+        for text, voice in (("Please turn on the kitchen lights.", "en-us"), ("Guten Morgen, wie geht es dir?", "de")):
+            audio = speak(text, voice=voice)
+            passes.clear()
+            encode._last = None  # another test may have heard the same sentence
+            transcript = transcriber.transcribe(audio)
+            assert len(passes) == 1
+            segments, info = transcriber._model.transcribe(audio, beam_size=1, condition_on_previous_text=False,
+                                                           temperature=0.0)
+            assert (transcript.language, transcript.text) == (info.language, " ".join(s.text.strip() for s in segments))
+            assert transcript.language_probability == pytest.approx(info.language_probability, abs=0.05)
+    finally:
+        encode._encode, transcriber.heard_language = count, heard
+
+
 def test_fixed_language_is_used_and_warm_up_runs(speak, whisper_dir):
     """A fixed language is reported as given; warm_up() runs a transcription and the model still works."""
     fixed = Transcriber(whisper_dir, TranscriberOptions(language="en", device="cpu", cpu_threads=2))
