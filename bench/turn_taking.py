@@ -18,12 +18,13 @@ of real time here), which stretches the pauses in wall time, and so the fixed wi
 card (--audio virtual) keeps wall-clock pace.
 
     python bench/turn_taking.py                     # CPU, 3 x 48 turns
-    python bench/turn_taking.py --device cuda --audio virtual --voices DIR
+    bash bench/gpu_turn_taking.sh --configs fixed   # on the GPU machine (bench/gpu_voice_loop_prep.sh packs it)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -37,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from voice_loop import USER_RATE_HZ, Pulse, VirtualAudio, load_transcriber, random_checkpoint, speech  # noqa: E402
+
+CONFIGS = ("fixed", "detection", "early")  # the fixed window, end-of-turn detection, the same + early reply
 
 STATEMENTS = [
     "I had a long day at work today.", "My sister is visiting next week.", "The garden needs watering.",
@@ -163,19 +166,36 @@ def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model,
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where TTS, Whisper and the LLM run")
+    parser.add_argument("--size", default="tiny", choices=["tiny", "0.6b"], help="the random speech model's size")
     parser.add_argument("--max-frames", type=int, default=8, help="the random speech model's frames a clause")
     parser.add_argument("--silence-ms", type=int, default=700, help="the fixed window")
     parser.add_argument("--longest-pause-ms", type=int, default=2000, help="with end-of-turn detection")
     parser.add_argument("--settle-s", type=float, default=2.5, help="idle listening that ends a turn's wait")
     parser.add_argument("--timeout-s", type=float, default=120.0)
     parser.add_argument("--turns", type=int, default=48, help="the first N turns of the script")
+    parser.add_argument("--configs", default=",".join(CONFIGS),
+                        help=f"which configurations, comma-separated, of: {', '.join(CONFIGS)}")
     parser.add_argument("--audio", default="pulse", choices=["pulse", "virtual"])
     parser.add_argument("--voices", help="folder of the lines' speech (default: a temporary one)")
+    parser.add_argument("--voices-only", action="store_true", help="render the lines into --voices and stop")
+    parser.add_argument("--whisper", help="a CTranslate2 Whisper folder (default: the bundled base)")
+    parser.add_argument("--turn-model", help="the Smart Turn ONNX file (default: pipecat-ai's)")
+    parser.add_argument("--json", help="also write each configuration's latencies and cut-offs to this JSON file")
     args = parser.parse_args(argv)
+    args.configs = args.configs.split(",")
+    if not set(args.configs) <= set(CONFIGS):
+        parser.error(f"--configs takes {', '.join(CONFIGS)}")
+    if args.voices_only and not args.voices:
+        parser.error("--voices-only needs --voices")
 
     work = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     voices = Path(args.voices) if args.voices else work
     voices.mkdir(parents=True, exist_ok=True)
+    if args.voices_only:
+        for _, parts in script()[: args.turns]:
+            utterance(parts, voices)
+        print(f"{args.turns} turns' lines in {voices}", file=sys.stderr)
+        return 0
     audio = Pulse() if args.audio == "pulse" else VirtualAudio()  # before sounddevice is imported
     try:
         return measure(args, audio, work, voices)
@@ -193,23 +213,26 @@ def measure(args, audio, work: Path, voices: Path) -> int:
     from engine.tts import load_tts
 
     turns = script()[: args.turns]
-    tts = load_tts(random_checkpoint(work, "tiny", args.max_frames), device=args.device)
+    tts = load_tts(random_checkpoint(work, args.size, args.max_frames), device=args.device)
     chat = ChatModel(bundled_model_path(), ChatOptions(n_ctx=2048, max_tokens=16, temperature=0.0, n_threads=1,
                                                        n_gpu_layers=None if args.device == "cuda" else 0))
-    transcriber = load_transcriber(argparse.Namespace(whisper=None, device=args.device))
-    model = TurnModel()
+    transcriber = load_transcriber(args)
+    model = TurnModel(args.turn_model)
     results = {}
     with Player() as player, Microphone() as mic, HistoryStore(work / "history.sqlite3") as history:
         dialogue = Dialogue(chat, tts, player, history, transcriber)
         detection = f"end-of-turn detection (longest pause {args.longest_pause_ms} ms)"
-        for name, turn_model, early_reply in ((f"fixed {args.silence_ms} ms window", None, False),
-                                              (detection, model, False),
-                                              (f"{detection} + early reply", model, True)):
+        configs = {"fixed": (f"fixed {args.silence_ms} ms window", None, False),
+                   "detection": (detection, model, False),
+                   "early": (f"{detection} + early reply", model, True)}
+        for key in args.configs:
+            name, turn_model, early_reply = configs[key]
             results[name] = run_config(name, dialogue, mic, audio, turns, voices, args, turn_model, early_reply)
 
     paused = sum(kind in ("paused", "filler") for kind, _ in turns)
+    tts_path = "megakernel" if tts.model.frame_kernel is not None else "PyTorch"
     print(f"\n{len(turns)} turns ({paused} with a pause for thought), --device {args.device}, --audio {args.audio}, "
-          f"Whisper on {transcriber.device}, {model.path.name}\n")
+          f"Whisper on {transcriber.device}, speech model {args.size} ({tts_path}), {model.path.name}\n")
     print("| configuration | response latency p50 ms | p95 ms | turns measured | replies begun early | "
           "false cut-offs |")
     print("|---|---|---|---|---|---|")
@@ -218,6 +241,8 @@ def measure(args, audio, work: Path, voices: Path) -> int:
         print(f"| {name} | {percentile(r['latency'], 50):.0f} | {percentile(r['latency'], 95):.0f} | "
               f"{len(r['latency'])} | {r['early']} | {cut} of {paused} ({100 * cut / max(paused, 1):.0f}%: "
               f"mid-sentence {r['cut']['paused']}, after a filler {r['cut']['filler']}) |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
 
 
