@@ -210,6 +210,13 @@ def _read_request(body: dict, tts) -> tuple[str, str | None, str | None, str]:
         raise _Refused(400, "this speech model speaks at one speed; leave speed out or send 1.0", "invalid_speed",
                        "speed")
     style = body.get("instructions") or None
+    if style is not None:
+        if not isinstance(style, str):
+            raise _Refused(400, "instructions must be text: how to speak", "invalid_instructions", "instructions")
+        try:  # the voice is known by now, so what the model refuses here is the style
+            tts.resolve_voice(voice or tts.default_speaker, "auto", style)
+        except InputTextError as e:
+            raise _Refused(400, str(e), "invalid_instructions", "instructions") from None
     return text, voice or None, style, audio_format
 
 

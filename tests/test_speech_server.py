@@ -84,6 +84,8 @@ def test_models_and_health_say_what_is_served(server, short_tts):
     ({"response_format": "mp3"}, "response_format", "choose pcm"),
     ({"speed": 1.5}, "speed", "one speed"),
     ({"input": "\u0000\u0001"}, "input", "nothing"),
+    ({"instructions": "Whisper it."}, "instructions", "takes no speaking style"),
+    ({"instructions": ["loud"]}, "instructions", "instructions must be text"),
 ])
 def test_bad_requests_get_the_apis_error_shape_and_the_server_goes_on(server, short_tts, fields, param, said):
     """Each bad request is a 400 with {"error": {message, type, param, code}}, which the client raises as
