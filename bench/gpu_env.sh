@@ -16,6 +16,8 @@ if [ ! -d "$root/site" ]; then
     cat .gpu/part.* | xz -d -T0 | tar -C "$root" -xf - || exit 3
 fi
 export PYTHONPATH="$root/site:$PWD" PYTHONUNBUFFERED=1
+# the megakernel, once built, is kept beside the unpacked parts for the next call on the same machine
+export XDG_CACHE_HOME="$root/cache"
 
 # CUDA 13's cuBLAS and runtime, from the machine's torch: ggml's CUDA backend links them. CTranslate2 4.8's
 # wheel was built for CUDA 12 and dlopens libcublas.so.12 by that name; CUDA 12's cuBLAS is a 580 MB wheel,
