@@ -17,6 +17,16 @@ class InputTextError(ParleyError, ValueError):
     """Text that cannot be spoken as given (empty, or an unknown speaker or language)."""
 
 
+class ReferenceAudioError(ParleyError, ValueError):
+    """A recording to clone a voice from that cannot be used as given: not audio, too short or too long, silent,
+    or clipped. The message says what is wrong with it and how to record it again."""
+
+
+class VoiceFileError(ParleyError):
+    """A saved voice file that cannot be used: missing, damaged, or of a format this Parley does not read.
+    Cloning the voice again from its recording makes a new one."""
+
+
 class AudioDeviceError(ParleyError):
     """An audio device is missing, busy, or was lost."""
 

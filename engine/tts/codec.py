@@ -616,6 +616,20 @@ class CodecDecoder(nn.Module):
         return CodecStream(self, eager)
 
     @torch.inference_mode()
+    def context(self, codes: torch.Tensor) -> StreamState:
+        """The state a stream is in once it has decoded `codes` (frames, num_quantizers), decoded now, eagerly, on a
+        state of its own (no stream's is touched). A stream that goes on from it (CodecStream.continue_from) decodes
+        what follows as a decode of codes + what follows would, without their audio: the official cloned voice's
+        decode, which puts the recording's codes first and cuts their audio off.
+
+        Raises:
+            ValueError: codes are not an integer tensor of that shape.
+        """
+        state = StreamState(self)
+        self(codes, state)
+        return state
+
+    @torch.inference_mode()
     def warm_up(self, chunk_frames: Iterable[int]) -> None:
         """On CUDA, capture the stream graphs for chunks of these many frames now, not on first use.
 
@@ -712,6 +726,12 @@ class CodecStream:
         self._decoder = decoder
         self._state = decoder._claim(self)
         self._graphs = None if eager else decoder._graphs  # None: eager
+
+    @torch.inference_mode()
+    def continue_from(self, context: StreamState) -> None:
+        """Go on from `context` (CodecDecoder.context, of this stream's decoder), as if this stream had decoded its
+        codes; call it before the first decode."""
+        self._state.copy_(context)
 
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:

@@ -169,8 +169,62 @@ class TalkerConfig:
 
 
 @dataclass(frozen=True)
+class SpeakerEncoderConfig:
+    """A Base model's speaker encoder (ECAPA-TDNN: a recording's 128-bin mel -> one talker-width vector).
+
+    The published Base checkpoints write only enc_dim and sample_rate; every other size is the official
+    Qwen3TTSSpeakerEncoderConfig default, which their weights have, so those keys fall back to it.
+    """
+
+    mel_dim: int  # mel bins in, 128
+    enc_dim: int  # the embedding's width: the talker's hidden size
+    channels: tuple[int, ...]  # the first TDNN's, each SE-Res2Net block's, then the aggregation's
+    kernel_sizes: tuple[int, ...]
+    dilations: tuple[int, ...]
+    attention_channels: int  # in the attentive statistics pooling
+    res2net_scale: int  # a Res2Net block splits its channels into this many groups
+    se_channels: int  # the squeeze-excitation bottleneck
+    sample_rate_hz: int  # of the audio the mel is taken from
+
+    @classmethod
+    def read(cls, r: _Reader) -> "SpeakerEncoderConfig":
+        def sizes(key: str, default: list[int]) -> tuple[int, ...]:
+            value = r(key, default)
+            if not isinstance(value, list) or not all(type(n) is int and n >= 1 for n in value):
+                r._wrong(key, value, "a list of integers >= 1")
+            return tuple(value)
+
+        channels = sizes("enc_channels", [512, 512, 512, 512, 1536])
+        kernel_sizes = sizes("enc_kernel_sizes", [5, 3, 3, 3, 1])
+        dilations = sizes("enc_dilations", [1, 2, 3, 4, 1])
+        if not len(channels) == len(kernel_sizes) == len(dilations) or len(channels) < 3:
+            raise ModelFilesError(f"{r.path}: {r.prefix}enc_channels, enc_kernel_sizes and enc_dilations must be "
+                                  f"lists of one length (3 or more), got {len(channels)}, {len(kernel_sizes)} and "
+                                  f"{len(dilations)}")
+        if sum(channels[1:-1]) != channels[-1]:
+            raise ModelFilesError(f"{r.path}: '{r.prefix}enc_channels' {list(channels)}: the last (the aggregation's, "
+                                  "which joins the SE-Res2Net blocks' outputs) must be the sum of those between")
+        scale = r.integer("enc_res2net_scale", 8, minimum=1)
+        if any(c % scale for c in channels[1:-1]):
+            raise ModelFilesError(f"{r.path}: '{r.prefix}enc_channels' {list(channels)}: the SE-Res2Net blocks' "
+                                  f"channels must be multiples of enc_res2net_scale ({scale})")
+        return cls(
+            mel_dim=r.integer("mel_dim", 128, minimum=1),
+            enc_dim=r.integer("enc_dim", minimum=1),
+            channels=channels,
+            kernel_sizes=kernel_sizes,
+            dilations=dilations,
+            attention_channels=r.integer("enc_attention_channels", 128, minimum=1),
+            res2net_scale=scale,
+            se_channels=r.integer("enc_se_channels", 128, minimum=1),
+            sample_rate_hz=r.integer("sample_rate", 24000, minimum=1),
+        )
+
+
+@dataclass(frozen=True)
 class TTSConfig:
-    """A whole Qwen3-TTS checkpoint: model kind, text-side special ids and the talker."""
+    """A whole Qwen3-TTS checkpoint: model kind, text-side special ids, the talker, and a Base model's speaker
+    encoder (None for the others)."""
 
     model_type: str  # "custom_voice", "voice_design" or "base"
     model_size: str  # "0b6" or "1b7" as the checkpoint says
@@ -180,6 +234,7 @@ class TTSConfig:
     tts_bos_id: int
     tts_eos_id: int
     talker: TalkerConfig
+    speaker_encoder: SpeakerEncoderConfig | None = None
 
     @classmethod
     def from_file(cls, path: str | Path) -> "TTSConfig":
@@ -188,15 +243,24 @@ class TTSConfig:
         if r("tokenizer_type", "qwen3_tts_tokenizer_12hz") != "qwen3_tts_tokenizer_12hz":
             raise ModelFilesError(f"{path}: tokenizer_type {r('tokenizer_type')!r}; "
                                   "Parley supports the 12 Hz models only")
+        model_type = str(r("tts_model_type"))
+        talker = TalkerConfig.read(r.sub("talker_config"))
+        speaker_encoder = None
+        if model_type == "base":
+            speaker_encoder = SpeakerEncoderConfig.read(r.sub("speaker_encoder_config"))
+            if speaker_encoder.enc_dim != talker.decoder.hidden_size:
+                raise ModelFilesError(f"{path}: speaker_encoder_config.enc_dim is {speaker_encoder.enc_dim}, but the "
+                                      f"talker's hidden_size is {talker.decoder.hidden_size}; they must be equal")
         return cls(
-            model_type=str(r("tts_model_type")),
+            model_type=model_type,
             model_size=str(r("tts_model_size", "")),
             im_start_id=r.integer("im_start_token_id"),
             im_end_id=r.integer("im_end_token_id"),
             tts_pad_id=r.integer("tts_pad_token_id"),
             tts_bos_id=r.integer("tts_bos_token_id"),
             tts_eos_id=r.integer("tts_eos_token_id"),
-            talker=TalkerConfig.read(r.sub("talker_config")),
+            talker=talker,
+            speaker_encoder=speaker_encoder,
         )
 
     @property

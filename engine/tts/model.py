@@ -270,7 +270,8 @@ class Talker(nn.Module):
         return self.model.codec_embedding(ids)
 
     def frame_embedding(self, codes: torch.Tensor) -> torch.Tensor:
-        """Sum of the 16 codebook embeddings of one frame (16,) -> (hidden,): the next step's codec track."""
+        """Sum of the 16 codebook embeddings of one frame (16,) -> (hidden,): the next step's codec track; or of
+        several frames at once, (16, frames) -> (frames, hidden)."""
         tables = [self.model.codec_embedding, *self.code_predictor.model.codec_embedding]
         # stacked then summed, as the official code does, so float rounding matches it
         return torch.stack([table(code) for table, code in zip(tables, codes)]).sum(0)

@@ -1,8 +1,10 @@
 """From text to the talker's inputs: clean and split the text, tokenize it with Qwen's tokenizer, and
-assemble the CustomVoice / VoiceDesign prompt exactly as qwen_tts's Qwen3TTSForConditionalGeneration.generate.
+assemble the CustomVoice / VoiceDesign / Base (cloned voice) prompt exactly as qwen_tts's
+Qwen3TTSForConditionalGeneration.generate and its generate_icl_prompt.
 
 Each talker input is a sum of a text-track vector (projected text token, or tts_pad) and a codec-track
-vector (a codec special id's embedding, later the previous frame's 16 summed codebook embeddings).
+vector (a codec special id's embedding, a cloned voice's speaker embedding, or a frame's 16 summed codebook
+embeddings: the previous frame's while speaking, a cloned voice's recording's in its prompt).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from engine.errors import InputTextError, ModelFilesError
 from engine.text import CJK_CLAUSE_MARKS, CJK_SENTENCE_ENDS, CLAUSE_MARKS, SENTENCE_ENDS
+from engine.tts.clone import ClonedVoice
 from engine.tts.config import TTSConfig
 from engine.tts.model import Talker
 
@@ -74,21 +77,39 @@ def load_tokenizer(folder: Path):
 class Voice:
     """Who speaks and how: resolved against the checkpoint's config."""
 
-    speaker: str | None  # lower-case speaker name (CustomVoice) or None (VoiceDesign)
+    speaker: str | None  # lower-case speaker name (CustomVoice) or None (VoiceDesign, Base)
     language: str  # lower-case language name or "auto"
     instruct: str | None = None  # speaking style / voice description, where the model takes one
+    clone: ClonedVoice | None = None  # the voice a Base model speaks in
 
 
-def resolve_voice(cfg: TTSConfig, speaker: str | None, language: str | None, instruct: str | None) -> Voice:
-    """Check speaker, language and style against a checkpoint's config; names are case-insensitive.
+def resolve_voice(cfg: TTSConfig, speaker: str | None, language: str | None, instruct: str | None,
+                  clone: ClonedVoice | None = None) -> Voice:
+    """Check speaker, language, style and cloned voice against a checkpoint's config; names are case-insensitive.
 
     Raises:
-        InputTextError: an unknown speaker or language (listing the valid ones), or a style the
-            model does not take.
+        InputTextError: an unknown speaker or language (listing the valid ones), a style the model does not
+            take, a Base model without a cloned voice, or a cloned voice for another model.
     """
     language = (language or "auto").lower()
     if language not in cfg.languages:
         raise InputTextError(f"unknown language '{language}'; this model has: {', '.join(cfg.languages)}")
+    if cfg.model_type == "base":
+        if speaker or instruct:
+            raise InputTextError("a Base model has no built-in speakers and takes no speaking style: it speaks in a "
+                                 "voice cloned from a recording (voice=...)")
+        if clone is None:
+            raise InputTextError("a Base model speaks in a cloned voice: clone one from a recording with "
+                                 "clone_voice(), or load a saved one with load_voice(), and pass it as voice=...")
+        hidden = cfg.talker.decoder.hidden_size
+        if clone.model_size != cfg.model_size or clone.embedding.shape != (hidden,):
+            raise InputTextError(f"this voice was cloned with another model (a {clone.model_size or 'unknown'} Base "
+                                 f"model, a {clone.embedding.shape[0]}-wide embedding; this is a {cfg.model_size} one, "
+                                 f"{hidden} wide): clone it again from its recording with this model")
+        return Voice(None, language, None, clone)
+    if clone is not None:
+        raise InputTextError(f"a cloned voice needs a Base model (Qwen3-TTS-12Hz-*-Base); this is a "
+                             f"{cfg.model_type} model")
     if cfg.model_type == "custom_voice":
         if not speaker:
             raise InputTextError(f"choose a speaker; this model has: {', '.join(cfg.speakers)}")
@@ -150,7 +171,8 @@ class PromptBuilder:
         return self._ids(text, specials=False)
 
     def _codec_prefix(self, voice: Voice) -> list[int | None]:
-        """Codec-track ids of the prefill: think tags (+ language), speaker, pad, bos. None marks the speaker."""
+        """Codec-track ids of the prefill: think tags (+ language), speaker, pad, bos. None marks a cloned voice's
+        speaker embedding, which stands where a speaker's id embedding would."""
         t = self.cfg.talker
         language_id = None if voice.language == "auto" else t.language_ids[voice.language]
         if voice.speaker and voice.language in ("chinese", "auto") and voice.speaker in t.speaker_dialects:
@@ -159,7 +181,7 @@ class PromptBuilder:
             tags = [t.codec_nothink_id, t.codec_think_bos_id, t.codec_think_eos_id]
         else:
             tags = [t.codec_think_id, t.codec_think_bos_id, language_id, t.codec_think_eos_id]
-        speaker = [t.speaker_ids[voice.speaker]] if voice.speaker else []
+        speaker = [t.speaker_ids[voice.speaker]] if voice.speaker else [None] if voice.clone else []
         return tags + speaker + [t.codec_pad_id, t.codec_bos_id]
 
     @torch.inference_mode()
@@ -169,8 +191,10 @@ class PromptBuilder:
         whole_text=True is the official non_streaming_mode (the CustomVoice default): all text in the
         prefill, the text track all tts_pad. False feeds the text one token per frame after the first.
         """
-        head, codec_bos, codec_pad, eos, pad, ends = self._voice_rows(voice, torch.device(device))
+        head, codec_bos, codec_pad, eos, pad, ends, reference = self._voice_rows(voice, torch.device(device))
         text = self.talker.text_embed(torch.tensor(text_ids, dtype=torch.long, device=device))
+        if reference is not None:
+            return self._in_context(head, text, reference, codec_pad, eos, pad, whole_text)
         if whole_text:
             body = (text + codec_pad, ends)
             track = text[:0]
@@ -179,11 +203,27 @@ class PromptBuilder:
             track = torch.cat((text[1:], eos[None]))
         return TalkerInputs(torch.cat((head, *body)), track, pad)
 
-    def _voice_rows(self, voice: Voice, device: torch.device) -> tuple[torch.Tensor, ...]:
+    @staticmethod
+    def _in_context(head, text, reference, codec_pad, eos, pad, whole_text: bool) -> TalkerInputs:
+        """An in-context cloned voice's inputs (generate_icl_prompt): its recording's transcript, then the text, then
+        tts_eos on the text track; codec bos, then the recording's frames on the codec track."""
+        reference_text, frames = reference  # (R, hidden) transcript rows; (F + 1, hidden) codec bos + frames
+        text = torch.cat((reference_text, text, eos[None]))
+        if whole_text:  # the text over codec pads, then the frames over tts_pad
+            return TalkerInputs(torch.cat((head, text + codec_pad, frames + pad)), text[:0], pad)
+        # the two tracks side by side: the longer text goes on one token a frame, a shorter one is padded
+        F = frames.shape[0]
+        if text.shape[0] > F:
+            return TalkerInputs(torch.cat((head, text[:F] + frames)), text[F:], pad)
+        text = torch.cat((text, pad.expand(F - text.shape[0], -1)))
+        return TalkerInputs(torch.cat((head, text + frames)), text[:0], pad)
+
+    def _voice_rows(self, voice: Voice, device: torch.device) -> tuple:
         """What a prompt holds besides its text, which depends on the voice alone: the rows before the text
-        (instruct, role, codec tags), the codec bos and pad rows, the projected tts_eos and tts_pad, and the two
-        rows after a whole text (tts_eos + codec pad, tts_pad + codec bos). Made once per voice (the latest few
-        are kept), as each costs a dozen launches on a GPU."""
+        (instruct, role, codec tags, speaker), the codec bos and pad rows, the projected tts_eos and tts_pad, the
+        two rows after a whole text (tts_eos + codec pad, tts_pad + codec bos), and an in-context cloned voice's
+        (transcript rows, codec bos + recording frame rows), else None. Made once per voice (the latest few are
+        kept), as each costs a dozen launches on a GPU."""
         key = (voice, device)
         if key not in self._voices:
             cfg, talker = self.cfg, self.talker
@@ -192,7 +232,10 @@ class PromptBuilder:
                 return torch.tensor(values, dtype=torch.long, device=device)
 
             bos, eos, pad = talker.text_embed(ids([cfg.tts_bos_id, cfg.tts_eos_id, cfg.tts_pad_id])).unbind(0)
-            codec = talker.codec_embed(ids(self._codec_prefix(voice)))  # (C, hidden)
+            prefix = self._codec_prefix(voice)
+            codec = talker.codec_embed(ids([0 if i is None else i for i in prefix]))  # (C, hidden)
+            if None in prefix:
+                codec[prefix.index(None)] = voice.clone.embedding.to(device, codec.dtype)
             parts = []
             if voice.instruct:
                 parts.append(talker.text_embed(ids(self._instruct_ids(voice.instruct))))
@@ -204,7 +247,12 @@ class PromptBuilder:
             if len(self._voices) >= _VOICES_KEPT:  # VoiceDesign descriptions are free text: keep only the latest
                 del self._voices[next(iter(self._voices))]
             ends = torch.cat((eos + codec_pad, (pad + codec[-1])[None]))
-            self._voices[key] = torch.cat(parts), codec[-1], codec_pad, eos, pad, ends
+            reference = None
+            if voice.clone is not None and voice.clone.reference_codes is not None:
+                codes = voice.clone.reference_codes.to(device)  # (F, 16)
+                frames = torch.cat((codec[-1:], talker.frame_embedding(codes.T)))
+                reference = talker.text_embed(ids(self.text_ids(voice.clone.reference_text))), frames
+            self._voices[key] = torch.cat(parts), codec[-1], codec_pad, eos, pad, ends, reference
         return self._voices[key]
 
     def _instruct_ids(self, instruct: str) -> list[int]:

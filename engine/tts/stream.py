@@ -1,9 +1,10 @@
 """The streaming speech engine: text in, 24 kHz PCM chunks out while the model is still generating.
 
-`load_tts` reads a checkpoint folder (config, weights, Qwen tokenizer, speech_tokenizer/ codec);
-`TTSEngine.stream` validates its input at once, then decodes lazily: each frame's 16 codes go through
-the stateful codec as soon as they are sampled, so the first chunk costs a prefill, one frame and
-one frame of codec decode.
+`load_tts` reads a checkpoint folder (config, weights, Qwen tokenizer, speech_tokenizer/ codec; a Base
+model's speaker encoder and the codec's encoder too); `TTSEngine.stream` validates its input at once, then
+decodes lazily: each frame's 16 codes go through the stateful codec as soon as they are sampled, so the first
+chunk costs a prefill, one frame and one frame of codec decode. A Base model speaks in a voice that
+`TTSEngine.clone_voice` made from a recording (engine/tts/clone.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import threading
 import time
 import traceback
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -20,16 +22,19 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from engine.errors import GPUUnavailableError, ModelFilesError, ModelMissingError
+from engine.errors import GPUUnavailableError, InputTextError, ModelFilesError, ModelMissingError
 from engine.models import redownload_advice
 from engine.tts.checkpoint import load_weights
-from engine.tts.codec import load_codec
+from engine.tts.clone import ClonedVoice, clone_voice
+from engine.tts.codec import StreamState, load_codec
 from engine.tts.config import TTSConfig, read_json
+from engine.tts.encoder import SpeechEncoder, load_speech_encoder
 from engine.tts.model import Qwen3TTS
 from engine.tts.prefill import attach_graphs
 from engine.text import clean_text
 from engine.tts.prompt import PromptBuilder, Voice, load_tokenizer, resolve_voice, split_text
 from engine.tts.sampling import Sampler, SamplingOptions, new_seed
+from engine.tts.speaker import SpeakerEncoder, load_speaker_encoder
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +98,13 @@ class TTSEngine:
     """Qwen3-TTS on one device: speakers and languages from the checkpoint, speech as a stream."""
 
     def __init__(self, folder: Path, config: TTSConfig, model: Qwen3TTS, prompts: PromptBuilder, codec,
-                 sampling: SamplingOptions, max_frames: int, megakernel_problem: str | None = None):
+                 sampling: SamplingOptions, max_frames: int, megakernel_problem: str | None = None,
+                 speaker_encoder: SpeakerEncoder | None = None, speech_encoder: SpeechEncoder | None = None):
         self.folder, self.config, self.model, self.prompts, self.codec = folder, config, model, prompts, codec
+        # a Base model's: the recording -> speaker embedding, and -> codec codes (None for the other models)
+        self.speaker_encoder, self.speech_encoder = speaker_encoder, speech_encoder
+        # an in-context cloned voice -> the codec's state after its recording's codes, made on the voice's first use
+        self._contexts: weakref.WeakKeyDictionary[ClonedVoice, StreamState] = weakref.WeakKeyDictionary()
         self.default_sampling, self.max_frames = sampling, max_frames
         # why load_tts, free to choose, could not run the decode steps in the megakernel (no CUDA compiler, an
         # older GPU, ...): they run on PyTorch, slower; None where the megakernel runs or was not asked for
@@ -125,14 +135,42 @@ class TTSEngine:
         """The speaker used when a caller names none: the model's first, or None (VoiceDesign)."""
         return self.config.default_speaker
 
-    def resolve_voice(self, speaker: str | None, language: str | None = "auto", instruct: str | None = None) -> Voice:
+    def resolve_voice(self, speaker: str | None, language: str | None = "auto", instruct: str | None = None,
+                      voice: ClonedVoice | None = None) -> Voice:
         """Check a voice against the checkpoint without speaking (names are case-insensitive).
 
         Raises:
-            InputTextError: an unknown speaker or language (listing the valid ones), or a style the
-                model does not take.
+            InputTextError: an unknown speaker or language (listing the valid ones), a style the model does
+                not take, a Base model without a cloned voice, or a cloned voice for another model.
         """
-        return resolve_voice(self.config, speaker, language, instruct)
+        return resolve_voice(self.config, speaker, language, instruct, voice)
+
+    def clone_voice(self, audio, sample_rate_hz: int | None = None, *, text: str | None = None,
+                    mode: str = "icl") -> ClonedVoice:
+        """Clone the voice of a recording, once; speak in it with stream(text, voice=...), save it with its save().
+
+        Args:
+            audio: a path to an audio file (WAV, FLAC, OGG, ...), or samples: float in [-1, 1] or integer PCM,
+                (samples,) or (samples, channels); 3 to 30 s of one person speaking (5 to 20 s is best). Channels
+                are mixed down and other rates resampled to 24 kHz.
+            sample_rate_hz: the samples' rate; None for a file.
+            text: what the recording says, word for word; needed in "icl" mode.
+            mode: "icl" (the official default: the recording's codes and transcript go in every prompt, the
+                closest likeness) or "x_vector" (its speaker embedding alone; no transcript needed).
+        Returns:
+            The voice, for this engine's model (and any loaded from the same checkpoint).
+        Raises:
+            InputTextError: this is not a Base model, or "icl" mode without a transcript.
+            ReferenceAudioError: the recording is not audio, too short or too long, silent, or clipped.
+            ValueError: an unknown mode, or samples without their sample rate.
+        """
+        if self.speaker_encoder is None:
+            raise InputTextError(f"voice cloning needs a Base model (Qwen3-TTS-12Hz-*-Base); this is a "
+                                 f"{self.config.model_type} model")
+        voice = clone_voice(self.speaker_encoder, self.speech_encoder, self.config.model_size, audio, sample_rate_hz,
+                            text, mode)
+        self._codec_context(voice)  # now rather than in the first utterance's time to first audio
+        return voice
 
     def move_to_cpu(self) -> None:
         """Reload the checkpoint on the CPU (float32) in place, and free the GPU's copy of the model.
@@ -148,8 +186,9 @@ class TTSEngine:
         _free_gpu()
 
     def stream(self, text: str, speaker: str | None = None, language: str | None = "auto", *,
-               instruct: str | None = None, seed: int | None = None, sampling: SamplingOptions | None = None,
-               whole_text: bool | None = None, chunk_frames: int = CHUNK_FRAMES) -> TTSStream:
+               instruct: str | None = None, voice: ClonedVoice | None = None, seed: int | None = None,
+               sampling: SamplingOptions | None = None, whole_text: bool | None = None,
+               chunk_frames: int = CHUNK_FRAMES) -> TTSStream:
         """Speak `text`; returns a lazy stream of Chunks.
 
         Args:
@@ -157,6 +196,8 @@ class TTSEngine:
             speaker: a name from `speakers` (CustomVoice models; case-insensitive).
             language: "auto" or a name from `languages`.
             instruct: speaking style (1.7B CustomVoice) or voice description (VoiceDesign).
+            voice: the cloned voice a Base model speaks in (clone_voice, load_voice); the audio holds none of
+                its recording.
             seed: makes sampling reproducible; None draws one (the stream's `seed` tells which).
             sampling: how codes are picked; None uses the checkpoint's generation_config.json.
             whole_text: True puts each segment's whole text in the prefill (official non_streaming_mode,
@@ -166,24 +207,25 @@ class TTSEngine:
                 larger codec calls while the first is playing.
 
         Raises:
-            InputTextError: empty text, unknown speaker or language, a style the model does not take.
+            InputTextError: empty text, unknown speaker or language, a style the model does not take, a Base
+                model without a cloned voice, or a cloned voice for another model.
         """
         if chunk_frames < 1:
             raise ValueError(f"chunk_frames must be >= 1, got {chunk_frames}")
-        voice = self.resolve_voice(speaker, language, instruct)
+        resolved = self.resolve_voice(speaker, language, instruct, voice)
         segments = split_text(clean_text(text), SEGMENT_CHARS)
         seed = new_seed() if seed is None else int(seed)
         sampling = sampling or self.default_sampling
         whole_text = self.config.model_type == "custom_voice" if whole_text is None else whole_text
 
         def run(cancelled: threading.Event, stream: TTSStream) -> Iterator[Chunk]:
-            codec = self.codec.stream()
+            codec = self._codec_stream(resolved)
             size = 1
             for index, segment in enumerate(segments):
                 while True:  # once more on the CPU if the GPU runs out of memory
                     try:
                         frames = self._checked(
-                            self._frames(segment, voice, seed ^ (index * 0x9E3779B9 & 0xFFFFFFFF), sampling,
+                            self._frames(segment, resolved, seed ^ (index * 0x9E3779B9 & 0xFFFFFFFF), sampling,
                                          whole_text, cancelled, chunk_frames), seed, index)
                         pending = []
                         for codes in frames:
@@ -208,7 +250,7 @@ class TTSEngine:
                     stream.notice = GPUUnavailableError(
                         f"the GPU ran out of memory while speaking ({reason}); Parley speaks on the CPU from now "
                         "on (slower) and started the sentence again")
-                    codec = self.codec.stream()
+                    codec = self._codec_stream(resolved)
                 if cancelled.is_set():
                     return
 
@@ -218,6 +260,25 @@ class TTSEngine:
         """The whole utterance as one float32 array at sample_rate_hz (stream() joined)."""
         chunks = [c.pcm for c in self.stream(text, speaker, language, **options)]
         return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+
+    def _codec_stream(self, voice: Voice):
+        """A codec stream for an utterance; for an in-context cloned voice, one that has heard its recording."""
+        stream = self.codec.stream()
+        if voice.clone is not None and voice.clone.reference_codes is not None:
+            stream.continue_from(self._codec_context(voice.clone))
+        return stream
+
+    def _codec_context(self, clone: ClonedVoice) -> StreamState | None:
+        """The codec's state after an in-context voice's recording (None for an x-vector voice), made once a voice.
+
+        The official decode puts the recording's codes before the new ones, so the codec starts in the voice's
+        sound, and cuts their audio off; starting from this state is the same decode, without decoding them again.
+        """
+        if clone.reference_codes is None:
+            return None
+        if clone not in self._contexts:
+            self._contexts[clone] = self.codec.context(clone.reference_codes.to(self.device))
+        return self._contexts[clone]
 
     def _frames(self, text: str, voice: Voice, seed: int, sampling: SamplingOptions, whole_text: bool,
                 cancelled: threading.Event, chunk_frames: int) -> Iterator[torch.Tensor]:
@@ -300,13 +361,14 @@ def _dtype(device: torch.device, dtype) -> torch.dtype:
 
 def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | None = None,
              megakernel: bool | None = None) -> TTSEngine:
-    """Load a Qwen3-TTS 12 Hz checkpoint folder as published (0.6B or 1.7B; CustomVoice or VoiceDesign).
+    """Load a Qwen3-TTS 12 Hz checkpoint folder as published (0.6B or 1.7B; CustomVoice, VoiceDesign or Base).
 
     A machine without a usable CUDA GPU, or a GPU without room for the model, gets the CPU engine
     (float32) and a logged warning: check the returned engine's `device`.
 
     Args:
-        path: the folder (config.json, model.safetensors or shards, tokenizer files, speech_tokenizer/).
+        path: the folder (config.json, model.safetensors or shards, tokenizer files, speech_tokenizer/; a Base
+            model's weights hold its speaker encoder, and its speech_tokenizer/ the encoder cloning needs).
         device: "cpu" or "cuda" (or "cuda:N").
         dtype: float32 (CPU default), bfloat16 (CUDA default) or float16.
         megakernel: run decode steps in the CUDA megakernel; None = wherever it can run (CUDA, bf16),
@@ -360,8 +422,7 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
     max_frames = max_new_tokens - 1
     with torch.device("meta"):
         model = Qwen3TTS(config.talker)
-    # a Base model's speaker encoder (voice cloning) is not used by Parley
-    load_weights(model, folder, ignore=("speaker_encoder.",), device=device, dtype=dtype)
+    load_weights(model, folder, ignore=("speaker_encoder.",), device=device, dtype=dtype)  # loaded below, for Base
     megakernel_problem = None
     if megakernel or (megakernel is None and device.type == "cuda" and dtype == torch.bfloat16):
         from engine.tts.kernels.build import MegakernelUnavailable
@@ -390,7 +451,26 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
         from engine.tts.kernels.fused import attach_codec
 
         attach_codec(codec)
+    speaker_encoder = speech_encoder = None
+    if config.speaker_encoder is not None:
+        speaker_encoder = load_speaker_encoder(folder, config.speaker_encoder, device)
+        speech_encoder = load_speech_encoder(folder / "speech_tokenizer", device)
+        _check_speech_encoder(folder, config, speech_encoder, codec.config.num_quantizers, codebook)
     if device.type == "cuda":  # the codec's stream call: one CUDA graph per chunk length, every length stream()'s
         # default makes captured now (an utterance's tail of 2 or 3 frames would otherwise wait ~140 ms for its capture)
         codec.warm_up(range(1, CHUNK_FRAMES + 1))
-    return TTSEngine(folder, config, model, prompts, codec, sampling, max_frames, megakernel_problem)
+    return TTSEngine(folder, config, model, prompts, codec, sampling, max_frames, megakernel_problem,
+                     speaker_encoder, speech_encoder)
+
+
+def _check_speech_encoder(folder: Path, config: TTSConfig, encoder: SpeechEncoder, quantizers: int, codebook: int):
+    """A Base model's codec encoder must give the codes its codec decodes, from the audio its speaker encoder hears."""
+    path = folder / "speech_tokenizer" / "config.json"
+    mimi = encoder.mimi.config
+    if encoder.num_quantizers != quantizers or mimi.codebook_size != codebook:
+        raise ModelFilesError(f"{path}: the encoder gives {encoder.num_quantizers} codes of {mimi.codebook_size} a "
+                              f"frame (encoder_valid_num_quantizers, encoder_config.codebook_size); the decoder takes "
+                              f"{quantizers} of {codebook}")
+    if encoder.sample_rate_hz != config.speaker_encoder.sample_rate_hz:
+        raise ModelFilesError(f"{path}: input_sample_rate is {encoder.sample_rate_hz}, but config.json's "
+                              f"speaker_encoder_config.sample_rate is {config.speaker_encoder.sample_rate_hz}")

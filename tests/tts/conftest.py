@@ -1,5 +1,6 @@
 """Checkpoints the TTS tests share (tiny_checkpoint, short_checkpoint and short_tts are in tests/conftest.py)."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -7,10 +8,28 @@ from engine.tts import load_tts
 from engine.tts.testing import write_checkpoint
 
 
+def speech_like(seconds: float, rate_hz: int = 24_000, seed: int = 0) -> np.ndarray:
+    """A voiced-sounding recording at about -20 dBFS for the cloning tests: a gliding 110-190 Hz buzz with harmonics,
+    in syllables of ~200 ms, and a little noise; float32 (samples,)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate_hz)) / rate_hz
+    pitch = 150 + 40 * np.sin(2 * np.pi * 0.8 * t)
+    phase = 2 * np.pi * np.cumsum(pitch) / rate_hz
+    voiced = sum(np.sin(k * phase) / k for k in range(1, 8))
+    syllables = 0.5 + 0.5 * np.sin(2 * np.pi * 2.5 * t) ** 2
+    return (0.12 * voiced * syllables + 0.01 * rng.standard_normal(t.size)).astype(np.float32)
+
+
 @pytest.fixture(scope="session")
 def tiny17_checkpoint(tmp_path_factory):
     """A 1.7B-shaped tiny checkpoint: the talker is wider than its code predictor."""
     return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny17", "tiny-1.7b", seed=1)
+
+
+@pytest.fixture(scope="session")
+def base_checkpoint(tmp_path_factory):
+    """A tiny Base checkpoint (voice cloning): no speakers, a speaker encoder, a codec with a usable encoder."""
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "base", "tiny", seed=3, model_type="base")
 
 
 @pytest.fixture(scope="session")

@@ -212,14 +212,59 @@ def test_speech_tokenizer_of_another_codebook_size_is_refused(broken):
 # ---- Base (voice-cloning) checkpoints ----
 
 
-def test_base_model_loads_ignoring_its_speaker_encoder_but_refuses_to_speak(broken):
-    """A Base checkpoint with speaker_encoder.* tensors loads; stream() raises InputTextError: no voice cloning."""
-    edit_json(broken / "config.json", lambda c: c.update(tts_model_type="base"))
-    rewrite_tensors(broken / "model.safetensors", lambda t: t.update({
-        "speaker_encoder.fc.weight": torch.ones(8, 64, dtype=torch.bfloat16),
-        "speaker_encoder.fc.bias": torch.zeros(8, dtype=torch.bfloat16),
-    }))
-    tts = load_tts(broken)
-    assert tts.config.model_type == "base"
-    with pytest.raises(InputTextError, match=r"'base' models \(voice cloning\) are not supported"):
+@pytest.fixture
+def broken_base(base_checkpoint, tmp_path):
+    """A private copy of the session's tiny Base checkpoint, to break."""
+    return shutil.copytree(base_checkpoint, tmp_path / "base")
+
+
+def test_base_model_loads_its_encoders_and_asks_for_a_cloned_voice(base_checkpoint):
+    """A Base checkpoint loads with its speaker encoder and codec encoder; speaking without a voice says what to do."""
+    tts = load_tts(base_checkpoint)
+    assert tts.config.model_type == "base" and tts.speakers == [] and tts.default_speaker is None
+    assert tts.speaker_encoder is not None and tts.speech_encoder is not None
+    with pytest.raises(InputTextError, match=r"a Base model speaks in a cloned voice: clone one from a recording "
+                                             r"with clone_voice\(\), or load a saved one with load_voice\(\)"):
         tts.stream("Hello there.")
+
+
+def test_base_config_without_its_speaker_encoder_section_is_refused(broken_base):
+    """config.json of a Base model must have speaker_encoder_config (the published files do)."""
+    edit_json(broken_base / "config.json", lambda c: c.pop("speaker_encoder_config"))
+    with pytest.raises(ModelFilesError, match=file_error(broken_base, "config.json")
+                       + "missing key 'speaker_encoder_config'"):
+        load_tts(broken_base)
+
+
+def test_speaker_embedding_narrower_than_the_talker_is_refused(broken_base):
+    """enc_dim must be the talker's width: the embedding stands in the talker's input."""
+    edit_json(broken_base / "config.json", lambda c: c["speaker_encoder_config"].update(enc_dim=32))
+    with pytest.raises(ModelFilesError, match=r"speaker_encoder_config\.enc_dim is 32, but the talker's hidden_size "
+                                              r"is 64; they must be equal"):
+        load_tts(broken_base)
+
+
+def test_base_weights_without_the_speaker_encoder_are_refused(broken_base):
+    """A Base model.safetensors lacking speaker_encoder.* names the first missing tensor."""
+    rewrite_tensors(broken_base / "model.safetensors",
+                    lambda t: [t.pop(k) for k in [k for k in t if k.startswith("speaker_encoder.")]])
+    with pytest.raises(ModelFilesError, match=file_error(broken_base, "model.safetensors")
+                       + r"missing tensor speaker_encoder\.blocks\.0\.conv\.weight \(and \d+ more\)"):
+        load_tts(broken_base)
+
+
+def test_speech_tokenizer_without_its_encoder_is_refused_for_a_base_model(broken_base):
+    """Cloning encodes the recording: a Base model's speech_tokenizer/ must hold encoder.* (CustomVoice's need not)."""
+    codec = broken_base / "speech_tokenizer"
+    rewrite_tensors(codec / "model.safetensors",
+                    lambda t: [t.pop(k) for k in [k for k in t if k.startswith("encoder.")]])
+    with pytest.raises(ModelFilesError, match=file_error(codec, "model.safetensors") + r"missing tensor encoder\."):
+        load_tts(broken_base)
+
+
+def test_damaged_speaker_encoder_tensor_is_refused(broken_base):
+    """A speaker-encoder tensor of the wrong shape names the tensor and both shapes."""
+    rewrite_tensors(broken_base / "model.safetensors",
+                    lambda t: t.update({"speaker_encoder.fc.bias": torch.zeros(8, dtype=torch.bfloat16)}))
+    with pytest.raises(ModelFilesError, match=r"speaker_encoder\.fc\.bias is \(8,\), config\.json says \(64,\)"):
+        load_tts(broken_base)

@@ -18,6 +18,7 @@ from engine.tts.codec import SnakeBeta
 from engine.tts.model import MLP, FrameState, KVCache, RMSNorm
 from engine.tts.prompt import TalkerInputs
 from engine.tts.sampling import Sampler, gumbel_noise
+from tests.tts.conftest import speech_like
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -440,3 +441,27 @@ def test_kernel_draws_never_pick_a_suppressed_or_a_nan_code(tiny_checkpoint):
     for codes in (got, expected):
         assert codes.shape == (100, 16)
         assert (codes[:, 0] < 2048).all() and not np.isin(codes[:, 0], nan_rows).any(), codes[:, 0]
+
+
+@pytest.mark.parametrize("mode", ["icl", "x_vector"])
+def test_kernel_speaks_a_cloned_voice_like_the_reference(base_checkpoint, mode):
+    """A cloned voice's own prompt (built and prefilled as every voice's): the kernel's greedy codes over 60 frames
+    are the reference's, draw by draw (teacher-forced; near-ties only, at most 1%), and a Base engine with the
+    kernel streams the voice from a one-frame first chunk."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    text = "A cloned voice, spoken by the kernel."
+    fast, ref = load_tts(base_checkpoint, device="cuda", megakernel=True), _reference(base_checkpoint)
+    assert fast.model.frame_kernel is not None
+    voice = ref.clone_voice(speech_like(4.0), 24_000, text="Hello there, this is my own voice.", mode=mode)
+    with torch.inference_mode():
+        inputs = ref.prompts.build(ref.prompts.text_ids(text), ref.resolve_voice(None, voice=voice), False, "cuda")
+        greedy = SamplingOptions.greedy()
+        got, _, state = _kernel_codes(fast, ref, inputs, greedy, 0, 60, 10**9, per_launch=7)
+        replayed, forced = _reference_codes(ref, inputs, greedy, 0, 60, 10**9, forced=got)
+    assert got.shape == (60, 16) and (replayed == got).all()
+    where = f"{mode}: {forced.near_ties} near-ties; misses (frame, codebook, ref, kernel)"
+    assert not forced.misses, f"{where} {forced.misses}"
+    assert forced.near_ties <= forced.draws // 100, where
+    chunks = list(fast.stream(text, voice=voice, sampling=greedy))
+    assert chunks[0].codes.shape == (1, 16) and chunks[0].pcm.shape == (1920,)
+    assert all(np.isfinite(c.pcm).all() for c in chunks)

@@ -2,9 +2,11 @@
 
 A folder written here holds what a published checkpoint holds: config.json and generation_config.json
 with the official keys, model.safetensors (bf16, the official tensor names; optionally sharded), the
-Qwen text tokenizer files and speech_tokenizer/ (the codec). The ids in config.json are the published
-0.6B CustomVoice model's; sizes are the published ones ("0.6b", "1.7b") or tiny ones of the same shape
-("tiny" like the 0.6B, "tiny-1.7b" like the 1.7B: a wider talker than its code predictor).
+Qwen text tokenizer files and speech_tokenizer/ (the codec, its encoder included). The ids in config.json
+are the published 0.6B CustomVoice model's; sizes are the published ones ("0.6b", "1.7b") or tiny ones of
+the same shape ("tiny" like the 0.6B, "tiny-1.7b" like the 1.7B: a wider talker than its code predictor).
+A "base" model (voice cloning) has no speakers and no dialects, as Qwen/Qwen3-TTS-12Hz-*-Base, and a speaker
+encoder: its config.json section and its `speaker_encoder.*` weights.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from safetensors.torch import save_file
 
 from engine.tts.config import TTSConfig
 from engine.tts.model import Qwen3TTS
+from engine.tts.speaker import SpeakerEncoder
 from engine.tts.testing.codec_files import write_codec_folder
 from engine.tts.testing.tokenizer_files import write_tokenizer_files
 
 SIZES = ("tiny", "tiny-1.7b", "0.6b", "1.7b")
+MODEL_TYPES = ("custom_voice", "base")
 
 # The published checkpoints' codec-track ids (talker_config of Qwen/Qwen3-TTS-12Hz-*-CustomVoice).
 LANGUAGE_IDS = {"chinese": 2055, "english": 2050, "german": 2053, "italian": 2070, "portuguese": 2071,
@@ -54,10 +58,21 @@ def _decoder_config(dims, vocab_size: int) -> dict:
             "max_position_embeddings": 32768, "attention_bias": False, "use_sliding_window": False}
 
 
-def make_config(size: str, text: dict) -> dict:
-    """config.json for a size; `text` holds the tokenizer's special ids and the text vocabulary size."""
+# speaker_encoder_config of a tiny Base model: the published layers, narrower (the published files write only
+# enc_dim and sample_rate, leaving the official defaults: channels [512, 512, 512, 512, 1536], 128 attention and
+# squeeze-excitation channels); mel_dim stays 128, the bins the official mel has
+_TINY_SPEAKER_ENCODER = {"mel_dim": 128, "enc_channels": [32, 32, 32, 32, 96], "enc_kernel_sizes": [5, 3, 3, 3, 1],
+                         "enc_dilations": [1, 2, 3, 4, 1], "enc_attention_channels": 16, "enc_res2net_scale": 8,
+                         "enc_se_channels": 16}
+
+
+def make_config(size: str, text: dict, model_type: str = "custom_voice") -> dict:
+    """config.json for a size and model type; `text` holds the tokenizer's special ids and the text vocabulary size."""
     if size not in SIZES:
         raise ValueError(f"unknown size '{size}'; choose one of: {', '.join(SIZES)}")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"unknown model type '{model_type}'; choose one of: {', '.join(MODEL_TYPES)}")
+    base = model_type == "base"
     talker_dims, predictor_dims, text_hidden = _DIMS[size]
     head_dim = talker_dims[5]
     # interleaved M-RoPE sections as published ([24, 20, 20] of 64 rotary pairs), scaled to head_dim
@@ -69,18 +84,23 @@ def make_config(size: str, text: dict) -> dict:
         "num_code_groups": 16, "text_hidden_size": text_hidden, "text_vocab_size": text["text_vocab_size"],
         "codec_eos_token_id": 2150, "codec_think_id": 2154, "codec_nothink_id": 2155,
         "codec_think_bos_id": 2156, "codec_think_eos_id": 2157, "codec_pad_id": 2148, "codec_bos_id": 2149,
-        "codec_language_id": LANGUAGE_IDS, "spk_id": SPEAKER_IDS,
-        "spk_is_dialect": {name: SPEAKER_DIALECTS.get(name, False) for name in SPEAKER_IDS},
+        "codec_language_id": {k: v for k, v in LANGUAGE_IDS.items() if not (base and "dialect" in k)},
+        "spk_id": {} if base else SPEAKER_IDS,
+        "spk_is_dialect": {} if base else {name: SPEAKER_DIALECTS.get(name, False) for name in SPEAKER_IDS},
         "code_predictor_config": {**_decoder_config(predictor_dims, 2048), "num_code_groups": 16},
     })
+    extra = {}
+    if base:
+        tiny = {} if size in ("0.6b", "1.7b") else _TINY_SPEAKER_ENCODER
+        extra["speaker_encoder_config"] = {**tiny, "enc_dim": talker_dims[0], "sample_rate": 24000}
     return {
         "architectures": ["Qwen3TTSForConditionalGeneration"], "model_type": "qwen3_tts",
-        "tokenizer_type": "qwen3_tts_tokenizer_12hz", "tts_model_type": "custom_voice",
+        "tokenizer_type": "qwen3_tts_tokenizer_12hz", "tts_model_type": model_type,
         "tts_model_size": "1b7" if "1.7b" in size else "0b6",
         "im_start_token_id": text["im_start"], "im_end_token_id": text["im_end"],
         "tts_pad_token_id": text["tts_pad"], "tts_bos_token_id": text["tts_bos"], "tts_eos_token_id": text["tts_eos"],
         "assistant_token_id": text["assistant"], "transformers_version": "4.57.3",
-        "talker_config": talker,
+        "talker_config": talker, **extra,
     }
 
 
@@ -90,6 +110,9 @@ def random_weights(cfg: TTSConfig, seed: int) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     with torch.device("meta"):
         shapes = {name: t.shape for name, t in Qwen3TTS(cfg.talker).state_dict().items()}
+        if cfg.speaker_encoder is not None:
+            encoder = SpeakerEncoder(cfg.speaker_encoder).state_dict().items()
+            shapes.update({f"speaker_encoder.{name}": t.shape for name, t in encoder})
     weights = {}
     for name, shape in shapes.items():
         if name.endswith("norm.weight"):
@@ -99,8 +122,9 @@ def random_weights(cfg: TTSConfig, seed: int) -> dict[str, torch.Tensor]:
         elif "embedding" in name:
             w = 0.5 * torch.randn(shape, generator=generator)
         else:
-            # 1/sqrt(fan_in): unit-variance outputs, so logits have O(1) gaps and greedy ties are rare
-            w = torch.randn(shape, generator=generator) / math.sqrt(shape[-1])
+            # 1/sqrt(fan_in) (a convolution's: input channels times kernel): unit-variance outputs, so logits
+            # have O(1) gaps and greedy ties are rare
+            w = torch.randn(shape, generator=generator) / math.sqrt(math.prod(shape[1:]))
         weights[name] = w.to(torch.bfloat16)
     return weights
 
@@ -109,7 +133,8 @@ def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def write_checkpoint(folder: str | Path, size: str = "tiny", seed: int = 0, shards: int = 1) -> Path:
+def write_checkpoint(folder: str | Path, size: str = "tiny", seed: int = 0, shards: int = 1,
+                     model_type: str = "custom_voice") -> Path:
     """Write a complete random checkpoint folder; returns its path. Nothing is left half-written.
 
     Args:
@@ -117,6 +142,7 @@ def write_checkpoint(folder: str | Path, size: str = "tiny", seed: int = 0, shar
         size: one of SIZES.
         seed: makes the weights reproducible.
         shards: >1 writes model-0000N-of-0000M.safetensors plus model.safetensors.index.json.
+        model_type: one of MODEL_TYPES: "custom_voice" (named speakers) or "base" (voice cloning).
     """
     folder = Path(folder)
     if folder.exists() and any(folder.iterdir()):
@@ -125,7 +151,7 @@ def write_checkpoint(folder: str | Path, size: str = "tiny", seed: int = 0, shar
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         text = write_tokenizer_files(staging, "tiny" if size.startswith("tiny") else "full")
-        config = make_config(size, text)
+        config = make_config(size, text, model_type)
         _write_json(staging / "config.json", config)
         _write_json(staging / "generation_config.json", GENERATION_CONFIG)
         weights = random_weights(TTSConfig.from_file(staging / "config.json"), seed)

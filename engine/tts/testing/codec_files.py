@@ -165,10 +165,22 @@ def write_codec_folder(folder: str | Path, size: str = "tiny", seed: int = 0) ->
     return folder
 
 
+@torch.no_grad()
 def _encoder_tensors(encoder_config: dict) -> dict[str, torch.Tensor]:
-    """`encoder.*` tensors: a MimiModel without its decoding half, as Qwen3TTSTokenizerV2Encoder keeps it."""
+    """`encoder.*` tensors: a MimiModel without its decoding half, as Qwen3TTSTokenizerV2Encoder keeps it.
+
+    MimiModel's own initialization leaves every codebook entry at zero, so every frame would encode to code 0:
+    the entries get random values instead, small beside the encoder's outputs (std ~5 on speech-level input), so
+    the nearest entry follows the input and each of the 16 codebooks picks varied codes. Each codebook stores its
+    entries times a usage count; the counts vary, so a reader that skips the division is caught.
+    """
     mimi = MimiModel(MimiConfig(**encoder_config))
     mimi.upsample = mimi.decoder_transformer = mimi.decoder = None
+    for name, module in mimi.named_modules():
+        if name.endswith(".codebook"):
+            usage = torch.rand(module.cluster_usage.shape) * 3.5 + 0.5
+            module.cluster_usage.copy_(usage)
+            module.embed_sum.copy_(0.5 * torch.randn(module.embed_sum.shape) * usage[:, None])
     return {f"encoder.{k}": v.clone().contiguous() for k, v in mimi.state_dict().items()}
 
 
