@@ -10,6 +10,7 @@ and one beyond it is refused at once with 429, never queued without end. `create
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import struct
@@ -18,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.audio.wav import pcm16
 from engine.errors import InputTextError, ParleyError
@@ -26,6 +27,8 @@ from engine.errors import InputTextError, ParleyError
 log = logging.getLogger(__name__)
 
 MAX_INPUT_CHARS = 4096  # the OpenAI API's own limit on this route's input
+# how often a request waiting for its first audio looks whether its client is still there
+CLIENT_CHECK_S = 0.2
 FORMATS = {"pcm": "audio/pcm", "wav": "audio/wav"}  # both 16-bit signed little-endian mono at the model's rate
 
 
@@ -51,6 +54,23 @@ class _Refused(Exception):
         return JSONResponse({"error": error}, status_code=self.status)
 
 
+class _TokenGate:
+    """Lets through only requests with the bearer token (and /health, for load balancers). A plain ASGI middleware:
+    Starlette's BaseHTTPMiddleware would keep a handler from seeing its client hang up."""
+
+    def __init__(self, app, token: str):
+        self.app, self.expected = app, f"Bearer {token}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"] != "/health":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                refused = _Refused(401, "this Parley server needs its token: send 'Authorization: Bearer <token>'",
+                                   "invalid_api_key", kind="authentication_error")
+                return await refused.response()(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
 def create_app(tts, options: ServiceOptions | None = None) -> FastAPI:
     """The service around a loaded TTSEngine (engine/tts): /v1/audio/speech, /v1/models and /health."""
     options = options or ServiceOptions()
@@ -58,14 +78,8 @@ def create_app(tts, options: ServiceOptions | None = None) -> FastAPI:
     speaking = threading.Lock()  # the engine's one utterance at a time
     queue = _Queue(options.max_waiting)
 
-    @app.middleware("http")
-    async def authorize(request: Request, call_next):
-        if options.token is not None and request.url.path != "/health":
-            given = request.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, f"Bearer {options.token}".encode()):
-                return _Refused(401, "this Parley server needs its token: send 'Authorization: Bearer <token>'",
-                                "invalid_api_key", kind="authentication_error").response()
-        return await call_next(request)
+    if options.token is not None:
+        app.add_middleware(_TokenGate, token=options.token)
 
     @app.get("/health")
     async def health():
@@ -83,7 +97,10 @@ def create_app(tts, options: ServiceOptions | None = None) -> FastAPI:
             text, voice, style, audio_format = _read_request(await _json(request), tts)
             stream = tts.stream(text, voice, instruct=style)
             chunks = _speak(stream, tts.sample_rate_hz, speaking, queue, text, voice)
-            first = await anext(chunks, b"")  # a fault before the first chunk is still an error response
+            first = await _first_chunk(chunks, request)  # a fault before it is still an error response
+            if first is None:
+                log.info("a request's client left before its first audio")
+                return Response(status_code=499)  # nginx's "client closed request": nobody reads it
         except _Refused as e:
             return e.response()
         except InputTextError as e:
@@ -110,47 +127,56 @@ def create_app(tts, options: ServiceOptions | None = None) -> FastAPI:
 
 
 class _Queue:
-    """Requests being spoken or waiting to be; refuses one beyond `max_waiting` with 429."""
+    """Requests being spoken or waiting to be; refuses one beyond `max_waiting` with 429. A request holds a ticket,
+    "waiting", then "speaking", then "done"; one whose client leaves while it waits is withdrawn, and its place
+    goes to the next at once."""
 
     def __init__(self, max_waiting: int):
         self.max_waiting, self.waiting, self.speaking = max_waiting, 0, 0
         self._lock = threading.Lock()
 
-    def join(self) -> None:
+    def join(self) -> list[str]:
         with self._lock:
             if self.speaking + self.waiting >= 1 + self.max_waiting:
                 raise _Refused(429, f"Parley is busy: it speaks one request at a time, and {self.waiting} "
                                     f"{'is' if self.waiting == 1 else 'are'} waiting already; try again shortly",
                                "busy", kind="server_busy")
             self.waiting += 1
+            return ["waiting"]
 
-    def begin(self) -> None:
+    def begin(self, ticket: list[str]) -> bool:
+        """The ticket's turn to speak has come: False where it was withdrawn meanwhile."""
         with self._lock:
-            self.waiting -= 1
-            self.speaking += 1
+            if ticket[0] != "waiting":
+                return False
+            self.waiting, self.speaking, ticket[0] = self.waiting - 1, self.speaking + 1, "speaking"
+            return True
 
-    def end(self, began: bool) -> None:
+    def withdraw(self, ticket: list[str]) -> None:
+        """The request is gone: a ticket still waiting gives up its place (one speaking ends with its stream)."""
         with self._lock:
-            if began:
-                self.speaking -= 1
-            else:
-                self.waiting -= 1
+            if ticket[0] == "waiting":
+                self.waiting, ticket[0] = self.waiting - 1, "done"
+
+    def end(self, ticket: list[str]) -> None:
+        with self._lock:
+            if ticket[0] == "speaking":
+                self.speaking, ticket[0] = self.speaking - 1, "done"
 
 
 async def _speak(stream, rate_hz: int, speaking: threading.Lock, queue: _Queue, text: str, voice: str | None):
     """The stream's chunks as 16-bit PCM bytes, synthesised on a thread of their own once the engine is free;
-    closing this generator (the client went away) cancels the stream."""
-    queue.join()
+    closing this generator (the client went away) cancels the stream, or withdraws it from the queue."""
+    ticket = queue.join()
     loop = asyncio.get_running_loop()
     out: asyncio.Queue = asyncio.Queue()
     t_request = time.perf_counter()
 
     def produce() -> None:
-        began = False
         try:
             with speaking:
-                queue.begin()
-                began = True
+                if not queue.begin(ticket):
+                    return  # its client left while it waited
                 t_start, samples, first = time.perf_counter(), 0, None
                 for chunk in stream:
                     first = first or time.perf_counter()
@@ -164,7 +190,7 @@ async def _speak(stream, rate_hz: int, speaking: threading.Lock, queue: _Queue, 
         except BaseException as e:  # handed to the request, which answers or ends its response with it
             loop.call_soon_threadsafe(out.put_nowait, e)
         finally:
-            queue.end(began)
+            queue.end(ticket)
             loop.call_soon_threadsafe(out.put_nowait, None)
 
     threading.Thread(target=produce, name="parley-serve-speech", daemon=True).start()
@@ -175,6 +201,21 @@ async def _speak(stream, rate_hz: int, speaking: threading.Lock, queue: _Queue, 
             yield item
     finally:
         stream.cancel()
+        queue.withdraw(ticket)
+
+
+async def _first_chunk(chunks, request: Request) -> bytes | None:
+    """The first chunk of _speak's `chunks` (b"" where there is none), or None where the client leaves before it
+    comes: waiting in the queue, or while the engine starts, the request is then withdrawn and its stream cancelled
+    (an ASGI server does not cancel a handler whose client has gone)."""
+    first = asyncio.ensure_future(anext(chunks, b""))
+    while not (await asyncio.wait({first}, timeout=CLIENT_CHECK_S))[0]:
+        if await request.is_disconnected():
+            first.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await first
+            return None
+    return first.result()
 
 
 async def _json(request: Request) -> dict:

@@ -110,23 +110,24 @@ def test_a_server_with_a_token_refuses_requests_without_it(short_tts):
 
 class HeldTTS:
     """The real engine, whose streams wait for `release` before their first chunk: a request holds the engine for
-    as long as a test needs."""
+    as long as a test needs. `spoken` lists the texts whose streams ran."""
 
     def __init__(self, tts):
-        self.tts, self.release = tts, threading.Event()
+        self.tts, self.release, self.spoken = tts, threading.Event(), []
 
     def __getattr__(self, name):
         return getattr(self.tts, name)
 
-    def stream(self, *args, **kwargs):
-        return _Held(self.tts.stream(*args, **kwargs), self.release)
+    def stream(self, text, *args, **kwargs):
+        return _Held(self.tts.stream(text, *args, **kwargs), self.release, lambda: self.spoken.append(text))
 
 
 class _Held:
-    def __init__(self, stream, release):
-        self.stream, self.release = stream, release
+    def __init__(self, stream, release, runs):
+        self.stream, self.release, self.runs = stream, release, runs
 
     def __iter__(self):
+        self.runs()
         self.release.wait(60)
         yield from self.stream
 
@@ -163,6 +164,32 @@ def test_requests_beyond_the_queue_are_refused_at_once_and_the_rest_are_served_i
         first.join(60)
         second.join(60)
     assert len(sizes) == 2 and all(size > 0 for size in sizes)
+
+
+def test_a_request_whose_client_leaves_while_it_waits_gives_up_its_place_and_is_never_spoken(short_tts):
+    """A client that hangs up while its request waits in the queue frees the place at once (health shows it, and a
+    new request is taken, not refused), and the engine never starts its stream."""
+    held = HeldTTS(short_tts)
+    with Server(held, ServiceOptions(max_waiting=1)) as small:
+        first = threading.Thread(target=lambda: client(small).audio.speech.create(model="x", voice="ryan",
+                                                                                 input="First."))
+        first.start()
+        wait_for(lambda: health(small)["speaking"] == 1)
+        host, port = small.url.removeprefix("http://").split(":")
+        body = json.dumps({"model": "x", "voice": "ryan", "input": "Never mind."}).encode()
+        with socket.create_connection((host, int(port))) as leaving:
+            leaving.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            wait_for(lambda: health(small)["waiting"] == 1)
+        wait_for(lambda: health(small)["waiting"] == 0)
+        third = threading.Thread(target=lambda: client(small).audio.speech.create(model="x", voice="ryan",
+                                                                                 input="Third."))
+        third.start()
+        wait_for(lambda: health(small)["waiting"] == 1)  # taken: the place was free again
+        held.release.set()
+        first.join(60)
+        third.join(60)
+        assert held.spoken == ["First.", "Third."]
 
 
 def wait_for(condition, timeout_s: float = 30.0) -> None:
