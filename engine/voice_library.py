@@ -19,12 +19,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.errors import VoiceFileError, VoiceNameError
+from engine.errors import InputTextError, VoiceFileError, VoiceNameError
 
 if TYPE_CHECKING:
-    from engine.tts.clone import ClonedVoice
+    from collections.abc import Callable
 
-__all__ = ["MAX_NAME_CHARS", "SavedVoice", "VoiceLibrary", "check_name", "voices_dir"]
+    import numpy as np
+
+    from engine.tts.clone import ClonedVoice
+    from engine.tts.stream import TTSEngine
+
+__all__ = ["MAX_NAME_CHARS", "SavedVoice", "VoiceLibrary", "check_name", "same_name", "voices_dir"]
 
 MAX_NAME_CHARS = 64  # a name fits a menu line; longer says nothing a shorter one could not
 SUFFIX = ".voice"
@@ -34,6 +39,7 @@ _UNSHOWN = ("Cc", "Cs", "Cn", "Zl", "Zp")
 # file names Windows keeps for devices, whatever follows the dot
 _RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)), *(f"lpt{i}" for i in range(1, 10))}
 _SLUG_CHARS = 40
+_WHISPER_RATE_HZ = 16_000  # what a transcribe callable hears (engine/stt SAMPLE_RATE_HZ, not imported: it is heavy)
 
 
 def voices_dir() -> Path:
@@ -61,6 +67,11 @@ def check_name(name: str) -> str:
         raise VoiceNameError(f"the name {name!r} holds {unicodedata.name(unshown[0], f'U+{ord(unshown[0]):04X}')}, "
                              "which a name cannot show; use letters, digits, spaces and punctuation")
     return name
+
+
+def same_name(a: str, b: str) -> bool:
+    """Whether two names name the same saved voice (as the library compares them)."""
+    return bool(a.strip()) and _key(a.strip()) == _key(b.strip())
 
 
 def _key(name: str) -> str:
@@ -180,6 +191,52 @@ class VoiceLibrary:
         path = existing.path if existing is not None else self._new_path(name)
         self._write(voice, path, name)
         return self.get(name)
+
+    def clone(self, engine: Callable[[], TTSEngine], name: str, audio, sample_rate_hz: int | None = None, *,
+              text: str | None = None, mode: str = "icl", replace: bool = False,
+              transcribe: Callable[[np.ndarray], str] | None = None) -> SavedVoice:
+        """Clone a recording's voice and save it under `name`: what the app's "New voice", Assistant.clone_voice and
+        `parley voice add` do. The name, the mode and the recording are checked first, so a bad one is told before
+        any model loads or listens.
+
+        Args:
+            engine: gives the Base model's TTSEngine to clone with; called once the rest is checked.
+            name, replace: as add().
+            audio, sample_rate_hz, mode: as TTSEngine.clone_voice (a file, or samples and their rate; "icl" or
+                "x_vector").
+            text: what the recording says; in "icl" mode without it (or with no words in it), `transcribe` hears it.
+            transcribe: (n,) float32 speech at 16 kHz -> its text (Whisper); None: "icl" mode needs `text`.
+        Returns:
+            The voice as listed; its transcript is what was given or heard.
+        Raises:
+            VoiceNameError: as add().
+            ReferenceAudioError: the recording is not audio, too short or too long, silent, or clipped.
+            InputTextError: "icl" mode with no transcript to be had: none given and no `transcribe`, or no words
+                heard in the recording; or the model is no Base model.
+            ValueError: an unknown mode, or samples without their sample rate.
+            ModelFilesError: `engine` could not load the Base model.
+        """
+        from engine.text import has_words
+        from engine.tts.clone import CLONE_MODES, read_reference
+
+        name = check_name(name)
+        existing = self._find(name)
+        if existing is not None and not replace:
+            raise VoiceNameError(f"there is already a saved voice named {existing.name!r}; choose another name, or "
+                                 "replace it")
+        if mode not in CLONE_MODES:
+            raise ValueError(f"unknown clone mode {mode!r}; choose one of: {', '.join(CLONE_MODES)}")
+        heard = read_reference(audio, sample_rate_hz, _WHISPER_RATE_HZ)  # the recording's faults, told first
+        if mode == "icl" and not (text and has_words(text)):
+            if transcribe is None:
+                raise InputTextError("cloning in 'icl' mode needs what the recording says; without it, clone in "
+                                     "'x_vector' mode")
+            text = transcribe(heard)
+            if not has_words(text):
+                raise InputTextError(f"no words were heard in the recording ({heard.size / _WHISPER_RATE_HZ:.1f} "
+                                     "s); give what it says, or clone in 'x_vector' mode")
+        voice = engine().clone_voice(audio, sample_rate_hz, text=text, mode=mode)
+        return self.add(name, voice, replace=replace)
 
     def rename(self, name: str, new_name: str) -> SavedVoice:
         """Give a saved voice another name (only its capitals changed is fine).
