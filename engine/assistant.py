@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_VOICE_DESCRIPTION", "STEPS", "Assistant", "AssistantInfo", "ConfiguredVoice", "configured_voice",
-           "style_kind"]
+__all__ = ["DEFAULT_VOICE_DESCRIPTION", "STEPS", "Assistant", "AssistantInfo", "ConfiguredVoice", "SpeechChoice",
+           "configured_voice", "speech_choice", "style_kind"]
 
 # Loading's steps, in order (Loading.step, LoadFailed.step)
 STEPS = ("history", "language model", "speech model", "speech recognition", "speakers", "microphone", "conversation")
@@ -92,8 +92,8 @@ class AssistantInfo:
 
 
 @dataclass(frozen=True)
-class _SpeechChoice:
-    """The speech model a config asks for (see Assistant._speech_choice): folder, and for a saved voice the voice, its
+class SpeechChoice:
+    """The speech model a config asks for (see speech_choice): folder, and for a saved voice the voice, its
     name as saved and its file's stamp (path, size, modification time: a voice saved again is taken anew); or, where
     the saved voice cannot be spoken, the speaker's model and why (problem)."""
 
@@ -149,6 +149,42 @@ def configured_voice(model: TTSConfig, config: AssistantConfig) -> ConfiguredVoi
     return ConfiguredVoice(speaker, config.language or "auto", style, not_found)
 
 
+def speech_choice(config: AssistantConfig) -> SpeechChoice:
+    """The speech model `config` asks for, found (files only, nothing loaded): for a saved voice, the Base model
+    it was cloned with (find_base_model) and the voice; where it cannot be spoken (removed, damaged, cloned with
+    another model, no Base model here), the speaker's CustomVoice model and why. `parley say` and `parley chat` choose
+    so too.
+
+    Raises:
+        ModelFilesError: the CustomVoice model is not there (the message says how to get it).
+        VoiceNameError, VoiceFileError, ModelFilesError, InputTextError: the saved voice cannot be spoken, and there
+            is no CustomVoice model to give way to.
+    """
+    from engine.models import find_base_model, find_tts_model
+
+    problem = None
+    if config.saved_voice:
+        from engine.tts.clone import load_voice
+        from engine.voice_library import VoiceLibrary
+
+        try:
+            saved = VoiceLibrary().get(config.saved_voice)
+            voice = load_voice(saved.path)
+            folder = find_base_model(config.base_model or None, voice.model_size)
+            _check_fits(folder, voice)
+            stat = saved.path.stat()
+            return SpeechChoice(folder, voice, saved.name, (saved.path, stat.st_size, stat.st_mtime_ns))
+        except (VoiceNameError, VoiceFileError, ModelFilesError, InputTextError, OSError) as e:
+            problem = e if isinstance(e, ParleyError) else VoiceFileError(f"the saved voice cannot be read ({e})")
+    try:
+        folder = find_tts_model(config.tts_model or None)
+    except ModelFilesError:
+        if problem is not None:  # no speaker to give way to: what went wrong is the saved voice
+            raise problem from None
+        raise
+    return SpeechChoice(folder, problem=problem)
+
+
 def _check_fits(folder: Path, voice: ClonedVoice) -> None:
     """Whether the Base model in `folder` speaks `voice`, by its config.json (cheap; the weights are not read).
 
@@ -183,7 +219,7 @@ class Assistant:
         self.dialogue = self.loop = None
         self.metrics = None  # one MetricsRecorder for the assistant's life: p50/p95 span rebuilt loops
         self.device = "cpu"
-        self._speech: _SpeechChoice | None = None  # the speech model loaded, and the saved voice it speaks
+        self._speech: SpeechChoice | None = None  # the speech model loaded, and the saved voice it speaks
         self._unsubscribe: list[Callable[[], None]] = []
         self._step = 0  # the loading step under way
 
@@ -289,7 +325,7 @@ class Assistant:
 
             if needs_build():  # a minute of nvcc that would otherwise look like a stuck load
                 self._progress("speech model (first start: compiling its GPU kernel, about a minute)")
-        self._speech = self._speech_choice(config)
+        self._speech = speech_choice(config)
         self.tts = load_tts(self._speech.folder, device=self.device)
         if self.tts.device.type != self.device:  # the GPU had no room: load_tts fell back to the CPU
             self.device = "cpu"
@@ -406,32 +442,6 @@ class Assistant:
         return DialogueOptions(speaker=voice.speaker, language=voice.language, tts_seed=self.config.tts_seed,
                                style=voice.style)
 
-    def _speech_choice(self, config: AssistantConfig) -> _SpeechChoice:
-        """The speech model `config` asks for, found (files only, nothing loaded): for a saved voice, the Base model
-        it was cloned with (find_base_model) and the voice; where it cannot be spoken (removed, damaged, cloned with
-        another model, no Base model here), the speaker's CustomVoice model and why.
-
-        Raises:
-            ModelFilesError: the CustomVoice model is not there (the message says how to get it).
-        """
-        from engine.models import find_base_model, find_tts_model
-
-        problem = None
-        if config.saved_voice:
-            from engine.tts.clone import load_voice
-            from engine.voice_library import VoiceLibrary
-
-            try:
-                saved = VoiceLibrary().get(config.saved_voice)
-                voice = load_voice(saved.path)
-                folder = find_base_model(config.base_model or None, voice.model_size)
-                _check_fits(folder, voice)
-                stat = saved.path.stat()
-                return _SpeechChoice(folder, voice, saved.name, (saved.path, stat.st_size, stat.st_mtime_ns))
-            except (VoiceNameError, VoiceFileError, ModelFilesError, InputTextError, OSError) as e:
-                problem = e if isinstance(e, ParleyError) else VoiceFileError(f"the saved voice cannot be read ({e})")
-        return _SpeechChoice(find_tts_model(config.tts_model or None), problem=problem)
-
     def _close_loop(self) -> None:
         for unsubscribe in self._unsubscribe:
             unsubscribe()
@@ -447,7 +457,7 @@ class Assistant:
         new voice loop over it (Ready); new models or devices mean a new load() (see AssistantConfig.models_differ),
         which this does. A voice the model cannot take leaves the old one (Notice)."""
         try:
-            speech = self._speech_choice(config)
+            speech = speech_choice(config)
         except ParleyError:  # the load says what is missing, at its step
             speech = None
         if (self.loop is None or self.config.models_differ(config) or speech is None
