@@ -558,6 +558,21 @@ class Assistant:
             self.apply(self.config)
         return saved
 
+    def erase_saved_voices(self) -> int:
+        """Delete every saved voice (VoiceLibrary.erase_all: the files, damaged ones too, and their folder); where one
+        was speaking, the speaker speaks from now on (a reload, SavedVoiceUnavailable saying why). Returns how many
+        voices there were.
+
+        Raises:
+            OSError: a file could not be deleted (the rest were).
+        """
+        from engine.voice_library import VoiceLibrary
+
+        erased = VoiceLibrary().erase_all()
+        if self.loop is not None and self._speech.voice is not None:
+            self.apply(self.config)
+        return erased
+
     def _base_engine(self) -> TTSEngine:
         """The Base model to clone with: the loaded one where it is one, else the settings' (loaded now)."""
         if self.tts is not None and self.tts.speaker_encoder is not None:

@@ -230,3 +230,24 @@ def test_cloning_refuses_bad_names_recordings_and_a_missing_base_model_readably(
     finally:
         assistant.close()
 
+
+
+def test_erasing_every_saved_voice_while_one_speaks_gives_way_to_the_speaker(config, base_tts, reference_wav,
+                                                                             tmp_path, monkeypatch, sound_server):
+    """erase_saved_voices(): every voice file and the folder go; the assistant, which spoke in one, now speaks as
+    the speaker and says why."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    library = VoiceLibrary()
+    library.add("Dee", base_tts.clone_voice(reference_wav, mode="x_vector"))
+    library.add("Eve", base_tts.clone_voice(reference_wav, mode="x_vector"))
+    assistant, events = loaded(replace(config, saved_voice="Dee"))
+    try:
+        assert events.of(Ready)[-1].info.saved_voice == "Dee"
+        assert assistant.erase_saved_voices() == 2
+        assert not library.folder.exists() and library.list() == []
+        (unavailable,) = events.of(SavedVoiceUnavailable)
+        assert unavailable.name == "Dee" and isinstance(unavailable.error, VoiceNameError)
+        assert events.of(Ready)[-1].info.speaker == "ryan"
+        assert turn(assistant, events, assistant.speak, "Ryan again.").heard_text == "Ryan again."
+    finally:
+        assistant.close()

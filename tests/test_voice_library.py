@@ -8,18 +8,22 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import torch
 
-from engine.errors import VoiceFileError, VoiceNameError
+from engine.errors import InputTextError, ReferenceAudioError, VoiceFileError, VoiceNameError
 from engine.voice_library import MAX_NAME_CHARS, VoiceLibrary, check_name, voices_dir
-from tests.conftest import REFERENCE_TEXT
+from tests.conftest import HEARD_REFERENCE, REFERENCE_TEXT
 
 
 @pytest.fixture(scope="module")
-def cloned(base_checkpoint, reference_wav):
-    """{mode: ClonedVoice} of the espeak recording, in both modes."""
+def base_tts(base_checkpoint):
     from engine.tts import load_tts
 
-    tts = load_tts(base_checkpoint)
-    return {mode: tts.clone_voice(reference_wav, text=REFERENCE_TEXT, mode=mode) for mode in ("icl", "x_vector")}
+    return load_tts(base_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def cloned(base_tts, reference_wav):
+    """{mode: ClonedVoice} of the espeak recording, in both modes."""
+    return {mode: base_tts.clone_voice(reference_wav, text=REFERENCE_TEXT, mode=mode) for mode in ("icl", "x_vector")}
 
 
 @pytest.fixture
@@ -163,3 +167,42 @@ def test_erasing_all_voices_deletes_every_file_and_the_folder(library, cloned):
     assert library.summary().startswith("3 voices, ") and library.summary().endswith(" kB (1 damaged)")
     assert library.erase_all() == 3
     assert not library.folder.exists() and library.list() == [] and library.summary() == "none saved"
+
+
+def test_clone_saves_what_whisper_heard_and_checks_everything_before_a_model_loads(library, base_tts, transcriber,
+                                                                                   reference_wav):
+    """clone(): in "icl" mode without a transcript, the real Whisper hears the recording and the voice keeps its words;
+    with one, nothing is transcribed. A taken name, an unknown mode, a bad recording and a recording with no words
+    (a 440 Hz tone) are refused before the model is asked for, and nothing is saved."""
+    import numpy as np
+
+    asked, heard = [], []
+
+    def engine():
+        asked.append(True)
+        return base_tts
+
+    def transcribe(audio_16k):
+        heard.append(audio_16k.size / 16_000)
+        return transcriber.transcribe(audio_16k).text
+
+    saved = library.clone(engine, "Ann", reference_wav, transcribe=transcribe)
+    assert (saved.transcript, saved.mode) == (HEARD_REFERENCE, "icl") and len(asked) == 1
+    assert heard == [pytest.approx(6.42, abs=0.01)]
+    typed = library.clone(engine, "Typed", reference_wav, text=REFERENCE_TEXT, transcribe=transcribe)
+    assert typed.transcript == REFERENCE_TEXT and len(heard) == 1
+    asked.clear()
+    tone = (0.1 * np.sin(2 * np.pi * 440 * np.arange(5 * 16_000) / 16_000)).astype(np.float32)
+    for call, error, message in [
+        (lambda: library.clone(engine, "ann", reference_wav), VoiceNameError, r"already a saved voice named 'Ann'"),
+        (lambda: library.clone(engine, "Bo", reference_wav, mode="xvector"), ValueError, r"unknown clone mode"),
+        (lambda: library.clone(engine, "Bo", tone[:16_000], 16_000, mode="x_vector"), ReferenceAudioError,
+         r"the recording is 1\.0 s long"),
+        (lambda: library.clone(engine, "Bo", tone, 16_000, transcribe=transcribe), InputTextError,
+         r"no words were heard in the recording \(5\.0 s\); give what it says, or clone in 'x_vector' mode"),
+        (lambda: library.clone(engine, "Bo", reference_wav), InputTextError,
+         r"cloning in 'icl' mode needs what the recording says; without it, clone in 'x_vector' mode"),
+    ]:
+        with pytest.raises(error, match=message):
+            call()
+    assert asked == [] and [v.name for v in library.list()] == ["Ann", "Typed"]
