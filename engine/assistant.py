@@ -11,6 +11,10 @@ load() (which takes seconds to minutes) and the history commands; the conversati
     assistant.load()                    # Loading events, then Ready; raises what stopped it (LoadFailed first)
     assistant.send("Hello!")            # a typed turn; TurnFinished when it has been spoken
     assistant.close()
+
+A saved voice (engine/voice_library.py) chosen in the settings (AssistantConfig.saved_voice) is spoken by a Base
+model (engine/models.py find_base_model) in place of the CustomVoice one; one that cannot be spoken gives way to the
+speaker, with a SavedVoiceUnavailable event. clone_voice() makes and saves new voices.
 """
 
 from __future__ import annotations
@@ -22,20 +26,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.errors import (FeatureUnavailableError, GPUUnavailableError, HistoryError, InputTextError,
-                           ModelFilesError, ParleyError)
+                           ModelFilesError, ParleyError, VoiceFileError, VoiceNameError)
 from engine.events import (ConversationEnded, Figures, HistoryErased, LoadFailed, Loading, Notice, Ready,
-                           VoiceInputOff, VoiceNotFound)
+                           SavedVoiceUnavailable, VoiceInputOff, VoiceNotFound)
 from engine.history import ConversationRef
 from engine.settings import AssistantConfig
 from engine.subscribers import Subscribers
 
 if TYPE_CHECKING:
+    from engine.tts.clone import ClonedVoice
     from engine.tts.config import TTSConfig
+    from engine.tts.stream import TTSEngine
+    from engine.voice_library import SavedVoice
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_VOICE_DESCRIPTION", "STEPS", "Assistant", "AssistantInfo", "ConfiguredVoice", "configured_voice",
-           "style_kind"]
+__all__ = ["DEFAULT_VOICE_DESCRIPTION", "STEPS", "Assistant", "AssistantInfo", "ConfiguredVoice", "SpeechChoice",
+           "configured_voice", "speech_choice", "style_kind"]
 
 # Loading's steps, in order (Loading.step, LoadFailed.step)
 STEPS = ("history", "language model", "speech model", "speech recognition", "speakers", "microphone", "conversation")
@@ -48,7 +55,11 @@ DEFAULT_VOICE_DESCRIPTION = "A warm, clear, friendly voice at a natural, relaxed
 class AssistantInfo:
     """What runs now: for the app to show, and for its settings dialog to offer.
 
-    speakers, languages: the TTS model's (from its config.json); speaker: the voice in use.
+    speakers, languages: the TTS model's (from its config.json); speaker: the voice in use, None where a saved
+        voice speaks. A Base model has no speakers: while one speaks a saved voice, speakers are those of the
+        CustomVoice model the settings name (its config.json; () where it is not on this computer), for the settings
+        to offer beside the saved voices.
+    saved_voice: the saved voice in use, its name as saved; None where a speaker speaks.
     device: where the TTS runs ("cpu" or "cuda").
     tts_model, llm_model, stt_model: the files or folders loaded; stt_model None when speech
         recognition is off (then only typed turns work).
@@ -77,6 +88,20 @@ class AssistantInfo:
     style_unsupported: str = ""
     style: str | None = None
     megakernel_problem: str | None = None
+    saved_voice: str | None = None
+
+
+@dataclass(frozen=True)
+class SpeechChoice:
+    """The speech model a config asks for (see speech_choice): folder, and for a saved voice the voice, its
+    name as saved and its file's stamp (path, size, modification time: a voice saved again is taken anew); or, where
+    the saved voice cannot be spoken, the speaker's model and why (problem)."""
+
+    folder: Path
+    voice: ClonedVoice | None = None
+    name: str | None = None
+    stamp: tuple | None = None
+    problem: ParleyError | None = None
 
 
 def style_kind(model: TTSConfig, language: str) -> tuple[str | None, str]:
@@ -124,6 +149,58 @@ def configured_voice(model: TTSConfig, config: AssistantConfig) -> ConfiguredVoi
     return ConfiguredVoice(speaker, config.language or "auto", style, not_found)
 
 
+def speech_choice(config: AssistantConfig) -> SpeechChoice:
+    """The speech model `config` asks for, found (files only, nothing loaded): for a saved voice, the Base model
+    it was cloned with (find_base_model) and the voice; where it cannot be spoken (removed, damaged, cloned with
+    another model, no Base model here), the speaker's CustomVoice model and why. `parley say` and `parley chat` choose
+    so too.
+
+    Raises:
+        ModelFilesError: the CustomVoice model is not there (the message says how to get it).
+        VoiceNameError, VoiceFileError, ModelFilesError, InputTextError: the saved voice cannot be spoken, and there
+            is no CustomVoice model to give way to.
+    """
+    from engine.models import find_base_model, find_tts_model
+
+    problem = None
+    if config.saved_voice:
+        from engine.tts.clone import load_voice
+        from engine.voice_library import VoiceLibrary
+
+        try:
+            saved = VoiceLibrary().get(config.saved_voice)
+            voice = load_voice(saved.path)
+            folder = find_base_model(config.base_model or None, voice.model_size)
+            _check_fits(folder, voice)
+            stat = saved.path.stat()
+            return SpeechChoice(folder, voice, saved.name, (saved.path, stat.st_size, stat.st_mtime_ns))
+        except (VoiceNameError, VoiceFileError, ModelFilesError, InputTextError, OSError) as e:
+            problem = e if isinstance(e, ParleyError) else VoiceFileError(f"the saved voice cannot be read ({e})")
+    try:
+        folder = find_tts_model(config.tts_model or None)
+    except ModelFilesError:
+        if problem is not None:  # no speaker to give way to: what went wrong is the saved voice
+            raise problem from None
+        raise
+    return SpeechChoice(folder, problem=problem)
+
+
+def _check_fits(folder: Path, voice: ClonedVoice) -> None:
+    """Whether the Base model in `folder` speaks `voice`, by its config.json (cheap; the weights are not read).
+
+    Raises:
+        InputTextError: the voice was cloned with another Base model (the engine's words).
+    """
+    from engine.tts.config import TTSConfig
+    from engine.tts.prompt import resolve_voice
+
+    try:
+        model = TTSConfig.from_file(folder / "config.json")
+    except ModelFilesError:  # loading it names what is wrong with the folder
+        return
+    resolve_voice(model, None, "auto", None, voice)
+
+
 class Assistant:
     """The conversation's parts and their lifetimes, behind one set of commands and one stream of events.
 
@@ -142,6 +219,7 @@ class Assistant:
         self.dialogue = self.loop = None
         self.metrics = None  # one MetricsRecorder for the assistant's life: p50/p95 span rebuilt loops
         self.device = "cpu"
+        self._speech: SpeechChoice | None = None  # the speech model loaded, and the saved voice it speaks
         self._unsubscribe: list[Callable[[], None]] = []
         self._step = 0  # the loading step under way
 
@@ -159,14 +237,26 @@ class Assistant:
         tts = self.tts
         kind, style_unsupported = style_kind(tts.config, self.config.language)
         return AssistantInfo(
-            speakers=tuple(tts.speakers), languages=tuple(tts.languages), speaker=self.dialogue.speaker,
+            speakers=self._speakers_on_offer(), languages=tuple(tts.languages), speaker=self.dialogue.speaker,
             device=self.device, tts_model=tts.folder, llm_model=self.chat.model_path,
             stt_model=self.transcriber.path if self.transcriber else None,
             microphone=self.microphone.device.name if self.microphone else None,
             speakers_device=self.player.device.name, conversation_id=self.dialogue.conversation_id,
             style_kind=kind, style_unsupported=style_unsupported, style=self.dialogue.options.style,
-            megakernel_problem=tts.megakernel_problem,
+            megakernel_problem=tts.megakernel_problem, saved_voice=self._speech.name,
         )
+
+    def _speakers_on_offer(self) -> tuple[str, ...]:
+        """The loaded model's speakers; for a Base model (none), those of the CustomVoice model the settings name."""
+        if self.tts.speakers or self.tts.config.model_type != "base":
+            return tuple(self.tts.speakers)
+        from engine.models import find_tts_model
+        from engine.tts.config import TTSConfig
+
+        try:
+            return tuple(TTSConfig.from_file(find_tts_model(self.config.tts_model or None) / "config.json").speakers)
+        except ParleyError:
+            return ()
 
     # -- loading -------------------------------------------------------------------------------------------
 
@@ -228,7 +318,6 @@ class Assistant:
         self.metrics = MetricsRecorder()
 
         self._advance()
-        from engine.models import find_tts_model
         from engine.tts import load_tts
 
         if self.device == "cuda":
@@ -236,7 +325,8 @@ class Assistant:
 
             if needs_build():  # a minute of nvcc that would otherwise look like a stuck load
                 self._progress("speech model (first start: compiling its GPU kernel, about a minute)")
-        self.tts = load_tts(find_tts_model(config.tts_model or None), device=self.device)
+        self._speech = speech_choice(config)
+        self.tts = load_tts(self._speech.folder, device=self.device)
         if self.tts.device.type != self.device:  # the GPU had no room: load_tts fell back to the CPU
             self.device = "cpu"
             self._gpu_notice("the GPU has no room for the speech model; it runs on the CPU (see the log for the "
@@ -332,11 +422,21 @@ class Assistant:
                         options=self._dialogue_options(), metrics=self.metrics, conversation=conversation)
 
     def _dialogue_options(self):
-        """The config's voice as DialogueOptions, fitted to the speech model (configured_voice: VoiceNotFound where
-        the model lacks the configured speaker)."""
+        """The config's voice as DialogueOptions: its saved voice, or its speaker fitted to the speech model
+        (configured_voice: VoiceNotFound where the model lacks the configured speaker; SavedVoiceUnavailable first
+        where the saved voice gave way to it)."""
         from engine.dialogue import DialogueOptions
 
+        language = self.config.language or "auto"
+        if self._speech.voice is not None:  # a cloned voice takes no speaker and no style
+            return DialogueOptions(voice=self._speech.voice, language=language, tts_seed=self.config.tts_seed)
         voice = configured_voice(self.tts.config, self.config)
+        problem = self._speech.problem
+        if problem is not None:
+            used = voice.speaker or self.tts.default_speaker
+            instead = f"speaking as {used!r}" if used else "speaking in the speech model's own voice"
+            self._emit(SavedVoiceUnavailable(self.config.saved_voice, f"{instead} instead of the saved voice "
+                                             f"{self.config.saved_voice!r}: {problem}", problem, used))
         if voice.not_found is not None:
             self._emit(voice.not_found)
         return DialogueOptions(speaker=voice.speaker, language=voice.language, tts_seed=self.config.tts_seed,
@@ -356,7 +456,12 @@ class Assistant:
         """New settings: the voice and the prompt are taken by the conversation in place, the listening options by a
         new voice loop over it (Ready); new models or devices mean a new load() (see AssistantConfig.models_differ),
         which this does. A voice the model cannot take leaves the old one (Notice)."""
-        if self.loop is None or self.config.models_differ(config):
+        try:
+            speech = speech_choice(config)
+        except ParleyError:  # the load says what is missing, at its step
+            speech = None
+        if (self.loop is None or self.config.models_differ(config) or speech is None
+                or speech.folder != self._speech.folder):
             self.close()
             self.config = config
             self.load()
@@ -364,10 +469,11 @@ class Assistant:
         from engine.llm.chat import DEFAULT_SYSTEM_PROMPT
 
         self.chat.system_prompt = config.system_prompt or DEFAULT_SYSTEM_PROMPT
-        old, self.config = self.config, config
-        voice = ("speaker", "language", "style", "tts_seed")
+        (old, self.config), old_speech = (self.config, config), self._speech
+        voice = ("speaker", "language", "style", "tts_seed", "saved_voice")
         try:
-            if any(getattr(old, name) != getattr(config, name) for name in voice):
+            if any(getattr(old, name) != getattr(config, name) for name in voice) or speech.stamp != old_speech.stamp:
+                self._speech = speech
                 self.dialogue.set_options(self._dialogue_options())  # from the next turn on, checked first
             # the endpointer takes its pauses and its model, and the loop makes its echo canceller, when the loop
             # starts
@@ -379,7 +485,7 @@ class Assistant:
             elif old.listen_mode != config.listen_mode:
                 self.loop.set_mode(config.listen_mode)
         except Exception as e:  # e.g. a language the model lacks: the old voice stays
-            self.config = old
+            self.config, self._speech = old, old_speech
             if self.loop is None:  # closed before the new one failed: the old settings' loop again
                 self._start_loop(self.dialogue)
             self._emit(Notice(str(e), e, "applying the settings"))
@@ -401,6 +507,90 @@ class Assistant:
         from engine.voices import sample_line
 
         self.loop.preview(speaker, sample_line(speaker))
+
+    def preview_saved_voice(self, name: str) -> None:
+        """A short sample of the saved voice `name`, as preview_voice. Only the Base model it was cloned with speaks
+        it: with a speaker's model loaded (or another Base model) a Notice says to choose the voice first.
+        """
+        from engine.tts.clone import load_voice
+        from engine.voice_library import VoiceLibrary
+        from engine.voices import saved_sample_line
+
+        try:
+            saved = VoiceLibrary().get(name)
+            voice = load_voice(saved.path)
+            if self.tts.config.model_type != "base":
+                raise InputTextError(f"the saved voice {saved.name!r} can be heard once it is chosen: the speech model "
+                                     f"loaded now ({self.tts.folder.name}) speaks in its own voices only")
+            self.tts.resolve_voice(None, self.config.language, None, voice)
+        except ParleyError as e:
+            self._emit(Notice(str(e), e, "playing the voice's sample"))
+            return
+        self.loop.preview(None, saved_sample_line(saved.name), voice)
+
+    # -- saved voices -----------------------------------------------------------------------------------------
+
+    def clone_voice(self, name: str, audio, sample_rate_hz: int | None = None, *, text: str | None = None,
+                    mode: str = "icl", replace: bool = False) -> SavedVoice:
+        """Clone the voice of a recording and save it as `name` (VoiceLibrary.clone), with the Base model: the one
+        loaded where a saved voice speaks, else the settings' (AssistantConfig.base_model), loaded for this call on
+        the assistant's device. In "icl" mode without `text`, the assistant's Whisper hears what the recording says
+        (one loaded for this call where speech recognition is off). Runs on the caller's thread (seconds); where the
+        voice is the one the settings choose, it is taken anew (Ready).
+
+        Args:
+            name: its name in the library (any script; unique however capitalised).
+            audio, sample_rate_hz, mode: as TTSEngine.clone_voice: a file, or samples and their rate; "icl" (the
+                recording's sound and words in every prompt: the closest likeness) or "x_vector".
+            text: what the recording says, word for word; None to have Whisper hear it.
+            replace: replace a saved voice of that name.
+        Returns:
+            The saved voice, its transcript the one used.
+        Raises:
+            VoiceNameError, ReferenceAudioError, InputTextError, ValueError: as VoiceLibrary.clone.
+            ModelFilesError: no Base model (the message says how to download it), or it cannot be loaded.
+        """
+        from engine.voice_library import VoiceLibrary, same_name
+
+        saved = VoiceLibrary().clone(self._base_engine, name, audio, sample_rate_hz, text=text, mode=mode,
+                                     replace=replace, transcribe=self._transcribe)
+        if self.loop is not None and same_name(self.config.saved_voice, saved.name):
+            self.apply(self.config)
+        return saved
+
+    def erase_saved_voices(self) -> int:
+        """Delete every saved voice (VoiceLibrary.erase_all: the files, damaged ones too, and their folder); where one
+        was speaking, the speaker speaks from now on (a reload, SavedVoiceUnavailable saying why). Returns how many
+        voices there were.
+
+        Raises:
+            OSError: a file could not be deleted (the rest were).
+        """
+        from engine.voice_library import VoiceLibrary
+
+        erased = VoiceLibrary().erase_all()
+        if self.loop is not None and self._speech.voice is not None:
+            self.apply(self.config)
+        return erased
+
+    def _base_engine(self) -> TTSEngine:
+        """The Base model to clone with: the loaded one where it is one, else the settings' (loaded now)."""
+        if self.tts is not None and self.tts.speaker_encoder is not None:
+            return self.tts
+        from engine.models import find_base_model
+        from engine.tts import load_tts
+
+        return load_tts(find_base_model(self.config.base_model or None), device=self.device)
+
+    def _transcribe(self, audio_16k) -> str:
+        """What a recording says, by the conversation's Whisper; where speech recognition is off, by one loaded now."""
+        if self.loop is not None and self.dialogue.transcriber is not None:
+            return self.loop.transcribe(audio_16k).text
+        from engine.catalogue import downloaded
+        from engine.stt import Transcriber, TranscriberOptions
+
+        return Transcriber(self.config.stt_model or downloaded("stt"),
+                           TranscriberOptions(device=self.device)).transcribe(audio_16k).text
 
     def press(self) -> None:
         """Push-to-talk key down."""
@@ -499,6 +689,7 @@ class Assistant:
                 except Exception:  # closing must go on: a lost device may fail to close
                     log.exception("closing %s failed", type(part).__name__)
         self.history = self.chat = self.tts = self.transcriber = self.player = self.microphone = None
+        self._speech = None
 
     def __enter__(self) -> Assistant:
         return self

@@ -14,15 +14,16 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.models import DEFAULT_TTS_REPO, Found, models_dir
+from engine.models import DEFAULT_BASE_REPO, DEFAULT_TTS_REPO, Found, models_dir
 
-KINDS = ("tts", "stt", "llm")
+KINDS = ("tts", "stt", "llm", "clone")
 
 
 @dataclass(frozen=True)
 class Offer:
-    """A model to download. kind: "tts", "stt" or "llm"; name: what people call it; files: the paths to fetch from
-    the repository (None: all of it); size: about how much that is, in words; why: what it is for."""
+    """A model to download. kind: "tts", "stt", "llm" or "clone" (the Base model of saved voices); name: what people
+    call it; files: the paths to fetch from the repository (None: all of it); size: about how much that is, in
+    words; why: what it is for."""
 
     kind: str
     name: str
@@ -60,14 +61,17 @@ QWEN_1_5B = Offer("llm", "Qwen2.5 1.5B Instruct", "bartowski/Qwen2.5-1.5B-Instru
 QWEN_7B = Offer("llm", "Qwen2.5 7B Instruct", "bartowski/Qwen2.5-7B-Instruct-GGUF",
                 ("Qwen2.5-7B-Instruct-Q4_K_M.gguf",), "about 4.7 GB", "Apache-2.0",
                 "answers close to the large online assistants'; quick on a GPU with 8 GB or more")
-OFFERS = (SPEECH, WHISPER_SMALL, QWEN_1_5B, QWEN_7B)
+# Not recommended with the others: only those who clone a voice need it (engine/voice_library.py)
+CLONING = Offer("clone", "Qwen3-TTS 0.6B Base", DEFAULT_BASE_REPO, None, "about 2 GB", "Apache-2.0",
+                "clones a voice from a few seconds of speech, and speaks in your saved voices")
+OFFERS = (SPEECH, WHISPER_SMALL, QWEN_1_5B, QWEN_7B, CLONING)
 
 _GPU_FOR_LARGER = 8 * 1024**3  # a 7B model at 4 bits and Whisper small beside the speech model
 
 
 def recommended(machine: Machine) -> dict[str, Offer | None]:
-    """For each kind, the offer for this machine; None where what comes with Parley is the better fit (Whisper base
-    on a CPU: a larger Whisper would slow every turn)."""
+    """For each kind but "clone" (wanted only by those who clone a voice), the offer for this machine; None where what
+    comes with Parley is the better fit (Whisper base on a CPU: a larger Whisper would slow every turn)."""
     gpu = machine.gpu_memory >= _GPU_FOR_LARGER
     return {"tts": SPEECH, "stt": WHISPER_SMALL if gpu else None, "llm": QWEN_7B if gpu else QWEN_1_5B}
 

@@ -1,14 +1,17 @@
 """The `parley` command line: `parley say` speaks text on the speakers (or into a WAV file) and prints
 TTFC and RTF; `parley chat` holds a spoken conversation through the microphone (engine/assistant.py), or
 with --text a typed one; each reply is printed and spoken, its figures on stderr. Both take the models and
-the voice chosen in the app (engine/settings.py); a flag overrides its setting."""
+the voice chosen in the app (engine/settings.py); a flag overrides its setting. `parley voice` clones, lists and
+removes the user's saved voices (engine/voice_library.py), which `say --voice` and `chat --voice` speak in."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import re
+import shlex
 import sys
 import tempfile
 import threading
@@ -77,8 +80,6 @@ def _load_tts(folder: Path, device: str, dtype: str | None = None):
 
 
 def _say(args) -> int:
-    from engine.models import find_tts_model
-    from engine.settings import load_config
     from engine.text import clean_text, speech_seconds
 
     out = Path(args.out) if args.out else None
@@ -88,13 +89,18 @@ def _say(args) -> int:
         raise ParleyError(f"cannot write {out}: {problem}; choose another --out")
     text = sys.stdin.read() if args.text in (None, "-") else args.text
     cleaned = clean_text(text)  # nothing to speak is said before a model loads (a first GPU use compiles a minute)
-    config = load_config(tts_model=args.model)
-    folder = find_tts_model(config.tts_model or None)
-    speaker, language, instruct = _voice(folder, config, args.speaker, args.language, args.instruct)
+    config, choice = _speech(args)
+    if choice.voice is not None:
+        speaker, language, instruct = None, args.language or config.language, args.instruct
+        _check_saved_voice(choice, language, instruct)
+        who = f"the saved voice {choice.name!r}"
+    else:
+        speaker, language, instruct = _voice(choice.folder, config, args.speaker, args.language, args.instruct)
+        who = speaker
     t0 = time.perf_counter()
-    tts = _load_tts(folder, args.device or _device_of(config.device), args.dtype)
+    tts = _load_tts(choice.folder, args.device or _device_of(config.device), args.dtype)
     print(f"loaded {tts.folder} on {tts.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    stream = tts.stream(text, speaker, language, instruct=instruct, seed=args.seed)
+    stream = tts.stream(text, speaker, language, instruct=instruct, voice=choice.voice, seed=args.seed)
     progress = _Progress(stream, tts.sample_rate_hz)
     if stream.segments > 1:
         keeps = f" and keeps what is written in {out}" if out else ""
@@ -110,8 +116,114 @@ def _say(args) -> int:
     progress.end()
     seconds = progress.seconds
     rtf = elapsed / seconds if seconds else float("inf")
-    print(f"{where}: {seconds:.2f} s of speech by {speaker} (seed {stream.seed}); "
+    print(f"{where}: {seconds:.2f} s of speech by {who} (seed {stream.seed}); "
           f"TTFC {1000 * (progress.ttfc_s or 0):.0f} ms, RTF {rtf:.3f}", file=sys.stderr)
+    return 0
+
+
+def _speech(args):
+    """(config, SpeechChoice) of `say`: --voice speaks in that saved voice (--model then names the Base model), as
+    does the app's saved voice where neither --speaker, --instruct nor --model asks for a speaker's model; a saved
+    voice of the settings that cannot be spoken gives way to the speaker with a warning, one asked for is an error.
+
+    Raises:
+        VoiceNameError, VoiceFileError, ModelFilesError, InputTextError: the saved voice asked for cannot be spoken.
+    """
+    from engine.assistant import speech_choice
+    from engine.settings import load_config
+
+    if args.voice:
+        config = load_config(saved_voice=args.voice, base_model=args.model)
+    else:
+        config = load_config(tts_model=args.model)
+        if args.speaker or args.instruct or args.model:
+            config = dataclasses.replace(config, saved_voice="")
+    choice = speech_choice(config)
+    if choice.problem is not None:
+        if args.voice:
+            raise choice.problem
+        _err(f"parley: warning: speaking as the speech model's speaker instead of the saved voice "
+             f"{config.saved_voice!r}: {choice.problem}")
+    return config, choice
+
+
+def _check_saved_voice(choice, language: str, instruct: str | None) -> None:
+    """The language and style asked for, checked against the Base model's config.json before its weights load."""
+    from engine.errors import ModelFilesError
+    from engine.tts.config import TTSConfig
+    from engine.tts.prompt import resolve_voice
+
+    try:
+        model = TTSConfig.from_file(choice.folder / "config.json")
+    except ModelFilesError:  # loading it names what is wrong
+        return
+    resolve_voice(model, None, language, instruct, choice.voice)
+
+
+def _voices(args) -> int:
+    """`parley voice add|list|remove|rename`: the saved voices (engine/voice_library.py)."""
+    from engine.voice_library import VoiceLibrary
+
+    library = VoiceLibrary()
+    if args.action == "list":
+        voices = library.list()
+        if not voices:
+            print(f"No saved voices in {library.folder}; clone one with: parley voice add NAME --audio FILE")
+            return 0
+        width = max(len(v.name) for v in voices)
+        for v in voices:
+            if v.damaged:
+                print(f"{v.name:<{width}}  damaged: {v.problem}")
+                continue
+            heard = f'  "{v.transcript}"' if v.transcript else ""
+            print(f"{v.name:<{width}}  {_MODES[v.mode]:<10}  {_SIZES.get(v.model_size, v.model_size or '?')} Base  "
+                  f"{v.saved.astimezone():%Y-%m-%d %H:%M}{heard}")
+        print(f"({library.summary()} in {library.folder})")
+        return 0
+    if args.action == "remove":
+        gone = library.remove(args.name)
+        print(f"removed the saved voice {gone.name!r} ({gone.path})")
+        return 0
+    if args.action == "rename":
+        renamed = library.rename(args.name, args.new_name)
+        print(f"renamed to {renamed.name!r} ({renamed.path})")
+        return 0
+    return _voice_add(args, library)
+
+
+_MODES = {"icl": "in-context", "x_vector": "x-vector"}
+_SIZES = {"0b6": "0.6B", "1b7": "1.7B"}
+
+
+def _voice_add(args, library) -> int:
+    """Clone --audio's voice with the Base model and save it; in "icl" mode without --text, Whisper hears the
+    recording and what it heard is printed."""
+    from engine.models import find_base_model
+    from engine.settings import load_config
+
+    config = load_config(base_model=args.model)
+    device = args.device or _device_of(config.device)
+    folder = find_base_model(config.base_model or None)  # a missing model is told before Whisper listens
+
+    def engine():
+        t0 = time.perf_counter()
+        tts = _load_tts(folder, device)
+        print(f"parley: loaded {tts.folder} on {tts.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        return tts
+
+    def transcribe(audio_16k) -> str:
+        from engine.catalogue import downloaded
+        from engine.stt import Transcriber, TranscriberOptions
+
+        whisper = Transcriber(config.stt_model or downloaded("stt"), TranscriberOptions(device=device.split(":")[0]))
+        heard = whisper.transcribe(audio_16k).text
+        _err(f'parley: heard "{heard}" (give --text if the recording says something else)')
+        return heard
+
+    saved = library.clone(engine, args.name, args.audio, text=args.text, mode=args.mode, replace=args.replace,
+                          transcribe=transcribe)
+    print(f"saved the voice {saved.name!r} ({_MODES[saved.mode]}, {_SIZES.get(saved.model_size, saved.model_size)} "
+          f"Base) in {saved.path}; speak in it with: parley say --voice {shlex.quote(saved.name)} \"TEXT\"")
     return 0
 
 
@@ -213,20 +325,30 @@ def _chat(args) -> int:
     from engine.settings import load_config
 
     config = load_config(tts_model=args.model, stt_model=args.whisper, llm_model=args.llm,
-                         speaker=args.speaker, input_device=args.input_device, output_device=args.output_device,
+                         speaker=args.speaker, saved_voice=args.voice, input_device=args.input_device,
+                         output_device=args.output_device,
                          silence_ms=args.silence_ms, longest_pause_ms=args.longest_pause_ms,
                          turn_detection=args.turn_detection, listen_mode=args.listen_mode, device=args.device,
                          history_file=history_path(args.profile), voice_input=not args.text,
                          live_transcript=False)  # a terminal shows what was heard once it is final
+    if args.speaker and not args.voice:  # the app's saved voice gives way to a speaker asked for
+        config = dataclasses.replace(config, saved_voice="")
     if args.speaker:  # a misspelt name is told at once, not after loading three models
         _voice(find_tts_model(config.tts_model or None), config, args.speaker, None, None)
+    if args.voice:  # so is a saved voice that cannot be spoken
+        from engine.assistant import speech_choice
+
+        problem = speech_choice(config).problem
+        if problem is not None:
+            raise problem
     printer = _Printer(typed=args.text)
     with Assistant(config, subscribe=printer) as assistant:
         assistant.load()
         if printer.voice_off is not None and not isinstance(printer.voice_off, MicrophoneAccessError):
             raise printer.voice_off  # the microphone or Whisper model asked for cannot be used: say which
         info = assistant.info
-        about = f"parley: {info.llm_model.name} and {info.tts_model.name}, voice {info.speaker}"
+        voice = f"the saved voice {info.saved_voice!r}" if info.saved_voice else f"voice {info.speaker}"
+        about = f"parley: {info.llm_model.name} and {info.tts_model.name}, {voice}"
         if info.microphone is None:  # typed, or the microphone may not be opened: the conversation goes on typed
             printer.typed = True
             return _typed_chat(assistant, printer, about)
@@ -237,18 +359,26 @@ def _models(args) -> int:
     """What each model is and where it was found (as the app's Models page says), what Parley recommends for this
     computer, and, with --download, fetching it (checked against the hub's hashes, resumable; into Parley's models
     folder, where the app and `parley chat` find it on their own)."""
-    from engine.catalogue import this_machine, to_download
+    from engine.catalogue import CLONING, this_machine, to_download
     from engine.downloads import DownloadError, NoNetworkError, download_command, download_model
     from engine.models import locate_model
     from engine.settings import read_settings
 
     stored = read_settings()
-    titles = {"tts": "Voice (speech model)", "stt": "Hearing (Whisper)", "llm": "Thinking (language model)"}
-    found = {kind: locate_model(kind, str(stored.get(f"{kind}_model", ""))) for kind in titles}
+    titles = {"tts": "Voice (speech model)", "stt": "Hearing (Whisper)", "llm": "Thinking (language model)",
+              "clone": "Voice cloning (Base model, for saved voices)"}
+    settings = {"tts": "tts_model", "stt": "stt_model", "llm": "llm_model", "clone": "base_model"}
+    found = {kind: locate_model(kind, str(stored.get(settings[kind], ""))) for kind in titles}
     for kind, title in titles.items():
         state = "ready" if found[kind].path else "cannot be read" if found[kind].damaged else "missing"
         print(f"{title}: {state}. {found[kind].headline}")
     wanted = to_download(found, this_machine())
+    cloning = found["clone"].path is None and (found["clone"].damaged or not CLONING.download_folder().exists())
+    if cloning and args.cloning:
+        wanted.append(CLONING)
+    elif cloning:  # only those who clone a voice want it: offered, not recommended
+        print(f"To clone voices: {CLONING.name} ({CLONING.size}, {CLONING.licence}), {CLONING.why}; "
+              "parley models --download --cloning fetches it")
     if not wanted:
         print("Nothing to download: Parley has what it recommends for this computer.")
         return 0
@@ -257,7 +387,7 @@ def _models(args) -> int:
         print(f"  {offer.name} ({offer.size}, {offer.licence}): {offer.why}\n"
               f"    {download_command(offer.repo_id, offer.download_folder(), offer.files)}")
     if not args.download:
-        print("Download them with: parley models --download")
+        print(f"Download them with: parley models --download{' --cloning' if args.cloning else ''}")
         return 0
     for offer in wanted:
         progress = _DownloadProgress(offer.name)
@@ -362,6 +492,8 @@ class _Printer:
                     _err(f"parley: {event.message}")
             case e.VoiceNotFound():
                 _err(_not_found(event))
+            case e.SavedVoiceUnavailable():
+                _err(f"parley: warning: {event.message}")
             case e.Notice() | e.TurnFailed() | e.DeviceLost() | e.DeviceRestored():
                 _err(f"parley: {event.message}")
             case e.Heard():
@@ -474,8 +606,12 @@ def main(argv=None) -> int:
     say.add_argument("--out", help="write a WAV file (24 kHz mono) instead of playing")
     say.add_argument("--output-device",
                      help="speaker to play on: a name, part of one, or an index (default: the system's)")
-    say.add_argument("--model", help=f"checkpoint folder or hub id ({settings} Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
-    say.add_argument("--speaker", help=f"voice name ({settings} the model's first)")
+    say.add_argument("--model", help=f"checkpoint folder or hub id ({settings} Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice; "
+                     "with --voice, the Base model it was cloned with)")
+    who = say.add_mutually_exclusive_group()
+    who.add_argument("--speaker", help=f"voice name ({settings} the model's first)")
+    who.add_argument("--voice", help="a saved voice's name (parley voice list), spoken by the Base model it was "
+                     f"cloned with ({settings} none)")
     say.add_argument("--language", help=f"language name or 'auto' ({settings} auto)")
     say.add_argument("--instruct", help=f"speaking style (1.7B) or voice description (VoiceDesign) ({settings} none)")
     say.add_argument("--seed", type=int, help="makes the speech reproducible")
@@ -504,7 +640,9 @@ def main(argv=None) -> int:
     chat.add_argument("--model", help=f"TTS checkpoint folder or hub id ({settings} "
                       "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
     chat.add_argument("--llm", help=f"GGUF chat model file ({settings} the bundled SmolLM2-135M-Instruct)")
-    chat.add_argument("--speaker", help=f"voice name ({settings} the TTS model's first)")
+    chat_who = chat.add_mutually_exclusive_group()
+    chat_who.add_argument("--speaker", help=f"voice name ({settings} the TTS model's first)")
+    chat_who.add_argument("--voice", help=f"a saved voice's name (parley voice list) ({settings} none)")
     chat.add_argument("--device", type=_engine_device, help=f"auto, cuda or cpu, for the three models ({settings} "
                       "auto: the GPU where there is one)")
     chat.add_argument("--profile", default="default", help="whose history the turns are saved in")
@@ -518,9 +656,30 @@ def main(argv=None) -> int:
     serve.add_argument("--device", type=_device, help=f"cpu or cuda ({settings} the GPU where there is one)")
     models = commands.add_parser("models", help="what models Parley has, and what it recommends for this computer")
     models.add_argument("--download", action="store_true", help="download the recommended models not here yet")
+    models.add_argument("--cloning", action="store_true", help="with them, the voice-cloning model (Qwen3-TTS 0.6B "
+                        "Base, about 2 GB) that parley voice add and saved voices need")
+    voice = commands.add_parser("voice", help="your saved voices: clone one from a recording, list, rename, remove")
+    actions = voice.add_subparsers(dest="action", required=True)
+    add = actions.add_parser("add", help="clone a voice from 3-30 s of one person speaking (5-20 s is best) and "
+                             "save it")
+    add.add_argument("name", help="what to call it (any language; not one already saved, however capitalised)")
+    add.add_argument("--audio", required=True, help="the recording: a WAV, FLAC or OGG file")
+    add.add_argument("--text", help="what the recording says, word for word (default: Whisper hears it)")
+    add.add_argument("--mode", choices=("icl", "x_vector"), default="icl",
+                     help="icl: the closest likeness, from the recording's sound and words (default); x_vector: "
+                     "from its sound alone, no transcript")
+    add.add_argument("--model", help=f"Base checkpoint folder or hub id ({settings} Qwen/Qwen3-TTS-12Hz-0.6B-Base)")
+    add.add_argument("--replace", action="store_true", help="replace a saved voice of that name")
+    add.add_argument("--device", type=_device, help=f"cpu or cuda ({settings} the GPU where there is one)")
+    actions.add_parser("list", help="the saved voices, with their kind, model, date and transcript")
+    remove = actions.add_parser("remove", help="delete a saved voice")
+    remove.add_argument("name")
+    rename = actions.add_parser("rename", help="give a saved voice another name")
+    rename.add_argument("name")
+    rename.add_argument("new_name")
     args = parser.parse_args(argv)
     try:
-        return {"say": _say, "chat": _chat, "serve": _serve, "models": _models}[args.command](args)
+        return {"say": _say, "chat": _chat, "serve": _serve, "models": _models, "voice": _voices}[args.command](args)
     except ParleyError as e:
         print(f"parley: {e}", file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,6 +31,7 @@ from engine.text import clean_text
 if TYPE_CHECKING:
     from engine.llm.chat import Reply
     from engine.stt.whisper import Transcript
+    from engine.tts.clone import ClonedVoice
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ class DialogueOptions:
     """How replies are spoken.
 
     speaker: a voice of the TTS model (case-insensitive); None is the model's first.
+    voice: a cloned voice (engine/tts/clone.py, a saved one from engine/voice_library.py) to speak in instead, with
+        a Base model; None for a speaker.
     language: "auto" or one of the TTS model's languages.
     tts_seed: makes the speech reproducible (tests); None draws a seed per clause.
     clauses: where the reply breaks into clauses; ClauseOptions() when None.
@@ -56,6 +59,7 @@ class DialogueOptions:
     tts_seed: int | None = None
     clauses: ClauseOptions | None = None
     style: str | None = None
+    voice: ClonedVoice | None = None
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,7 @@ class _Speech:
     def _speak(self, clause: str) -> None:
         try:
             stream = self._tts.stream(clause, self._speaker, self._options.language, instruct=self._options.style,
-                                      seed=self._options.tts_seed)
+                                      voice=self._options.voice, seed=self._options.tts_seed)
         except InputTextError as e:  # a clause the TTS cannot speak (nothing left once cleaned): skip it
             log.warning("skipping clause %r: %s", clause, e)
             return
@@ -247,11 +251,11 @@ class Dialogue:
         """Speak from the next turn on with `options` (a turn under way keeps its voice), checked first.
 
         Raises:
-            InputTextError: the speaker or language is not one the TTS model has, or a style it takes none of;
-                the options stay as they were.
+            InputTextError: the speaker or language is not one the TTS model has, a style it takes none of, or a
+                cloned voice it cannot speak in (not a Base model, or another one); the options stay as they were.
         """
-        speaker = options.speaker or self.tts.default_speaker
-        self.tts.resolve_voice(speaker, options.language, options.style)
+        speaker = None if options.voice is not None else options.speaker or self.tts.default_speaker
+        self.tts.resolve_voice(speaker, options.language, options.style, options.voice)
         self.options, self.speaker = options, speaker
 
     @property
@@ -344,18 +348,22 @@ class Dialogue:
         with self._turn_state() as state:
             return self._turn(state, text, emit, llm=False)
 
-    def preview(self, speaker: str, text: str) -> None:
-        """`text` in the voice `speaker` on the speakers, as the settings' Preview plays it; stop() cuts it short. None
-        of it is saved, measured or told to the LLM.
+    def preview(self, speaker: str | None, text: str, voice: ClonedVoice | None = None) -> None:
+        """`text` in the voice `speaker`, or in the cloned voice `voice` (then speaker is None), on the speakers, as
+        the settings' Preview plays it; stop() cuts it short. None of it is saved, measured or told to the LLM.
 
         Raises:
-            InputTextError: the speech model has no such voice, or nothing in `text` can be spoken.
+            InputTextError: the speech model has no such voice (a cloned one needs the Base model it was cloned
+                with, a speaker a CustomVoice model), or nothing in `text` can be spoken.
             ParleyError: the TTS or the audio device failed.
             RuntimeError: a turn is running (one at a time).
         """
-        self.tts.resolve_voice(speaker, self.options.language, self.options.style)
+        options = self.options
+        if voice is not None or options.voice is not None:  # a cloned voice takes no style, a speaker no voice
+            options = replace(options, voice=voice, style=None if voice is not None else options.style)
+        self.tts.resolve_voice(speaker, options.language, options.style, options.voice)
         with self._turn_state() as state:
-            speech = _Speech(self.tts, self.player, self.options, speaker, state.gate, state.stopped,
+            speech = _Speech(self.tts, self.player, options, speaker, state.gate, state.stopped,
                              lambda _event: None, self._turns)
             state.speech = speech
             speech.put(text)

@@ -27,6 +27,11 @@ class VoiceFileError(ParleyError):
     Cloning the voice again from its recording makes a new one."""
 
 
+class VoiceNameError(ParleyError, ValueError):
+    """A saved voice's name that cannot be used as given: empty, too long, holding control characters, taken by
+    another saved voice, or naming none. The message lists the saved voices where that helps."""
+
+
 class AudioDeviceError(ParleyError):
     """An audio device is missing, busy, or was lost."""
 

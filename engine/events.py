@@ -80,6 +80,19 @@ class VoiceNotFound:
     used: str
 
 
+@dataclass(frozen=True)
+class SavedVoiceUnavailable:
+    """The saved voice the settings choose (engine/voice_library.py) cannot be spoken in: no saved voice has that
+    name any more, its file is damaged, it was cloned with a Base model other than the one chosen, or no Base model
+    is on this computer. Parley speaks as the speech model's speaker `used` instead (None: a model without speakers);
+    message says why and what to do, error is the VoiceNameError, VoiceFileError, ModelFilesError or InputTextError."""
+
+    name: str
+    message: str
+    error: Exception
+    used: str | None
+
+
 # -- the microphone and the turn ----------------------------------------------------------------------
 
 @dataclass(frozen=True)

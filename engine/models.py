@@ -17,6 +17,9 @@ from pathlib import Path
 from engine.errors import ModelFilesError, ModelMissingError, ParleyError
 
 DEFAULT_TTS_REPO = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+# the Base models clone voices, and speak in the voices cloned with them (of their own size only)
+BASE_REPOS = {"0b6": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "1b7": "Qwen/Qwen3-TTS-12Hz-1.7B-Base"}
+DEFAULT_BASE_REPO = BASE_REPOS["0b6"]
 
 
 def package_folder(module: str) -> Path | None:
@@ -40,12 +43,41 @@ def models_dir() -> Path:
 
 
 def find_tts_model(name: str | None = None) -> Path:
-    """The folder of a Qwen3-TTS checkpoint: `name` as a folder or hub id, else the default model.
+    """The folder of a Qwen3-TTS checkpoint: `name` as a folder or hub id, else $PARLEY_TTS_MODEL, else the default
+    model.
 
     Raises:
         ModelFilesError: not found; the message says where Parley looked and how to download it.
     """
     name = name or os.environ.get("PARLEY_TTS_MODEL") or DEFAULT_TTS_REPO
+    return _find_checkpoint(name, "the speech model", "about 2 GB", "Qwen3-TTS checkpoint")
+
+
+def find_base_model(name: str | None = None, model_size: str | None = None) -> Path:
+    """The folder of a Qwen3-TTS Base checkpoint, the model that clones voices and speaks in saved ones: `name` as a
+    folder or hub id, else $PARLEY_BASE_MODEL, else the official Base model of `model_size` (a saved voice's, as
+    ClonedVoice.model_size says: "0b6" or "1b7"; None or another size: the 0.6B one).
+
+    Raises:
+        ModelMissingError: not found; the message says where Parley looked and how to download it.
+        ModelFilesError: the folder holds another kind of Qwen3-TTS model (CustomVoice, VoiceDesign).
+    """
+    repo = BASE_REPOS.get(model_size or "", DEFAULT_BASE_REPO)
+    name = name or os.environ.get("PARLEY_BASE_MODEL") or repo
+    size = "about 4.5 GB" if name == BASE_REPOS["1b7"] else "about 2 GB"
+    path = _find_checkpoint(name, "the voice-cloning model", size, "Qwen3-TTS Base checkpoint")
+    try:
+        model_type = json.loads((path / "config.json").read_text(encoding="utf-8")).get("tts_model_type")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return path  # loading it says what is wrong with the folder
+    if model_type != "base":
+        raise ModelFilesError(f"{path}: a {model_type} model, which cannot clone voices or speak in saved ones; "
+                              f"choose a Qwen3-TTS Base checkpoint ({DEFAULT_BASE_REPO})")
+    return path
+
+
+def _find_checkpoint(name: str, what: str, size: str, kind: str) -> Path:
+    """`name` as a folder, or as a hub id (owner/name): in Parley's models folder, else the Hugging Face cache."""
     path = Path(name).expanduser()
     if path.is_dir():
         return path
@@ -58,9 +90,9 @@ def find_tts_model(name: str | None = None) -> Path:
         if cached is not None:
             return cached
         raise ModelMissingError(
-            f"the speech model {name} is not on this machine (looked in {local} and the Hugging Face cache). "
-            f"Download it (about 2 GB) with:\n  hf download {name} --local-dir {local}\n"
-            f"or use the folder of another Qwen3-TTS checkpoint."
+            f"{what} {name} is not on this machine (looked in {local} and the Hugging Face cache). "
+            f"Download it ({size}) with:\n  hf download {name} --local-dir {local}\n"
+            f"or use the folder of another {kind}."
         )
     raise ModelMissingError(f"{path}: no such model folder")
 
@@ -116,13 +148,16 @@ class Found:
 
 
 def locate_model(kind: str, setting: str) -> Found:
-    """Find the model of `kind` ("tts", "stt", "llm") for a setting (a path, or "" for automatic).
+    """Find the model of `kind` ("tts", "stt", "llm", or "clone": the Base model of saved voices) for a setting (a
+    path, or "" for automatic).
 
     Cheap enough for the GUI thread: it looks at files and installed packages, loads nothing.
     """
     try:
         if kind == "tts":
-            return _locate_tts(setting)
+            return _locate_tts(find_tts_model(setting or None), setting)
+        if kind == "clone":
+            return _locate_tts(find_base_model(setting or None), setting)
         if kind == "stt":
             return _locate_stt(setting)
         if kind == "llm":
@@ -131,13 +166,13 @@ def locate_model(kind: str, setting: str) -> Found:
         return Found(None, str(e))
     except ParleyError as e:
         return Found(None, str(e), damaged=True)
-    raise ValueError(f"unknown model kind {kind!r}; choose tts, stt or llm")
+    raise ValueError(f"unknown model kind {kind!r}; choose tts, stt, llm or clone")
 
 
-def _locate_tts(setting: str) -> Found:
+def _locate_tts(path: Path, setting: str) -> Found:
+    """Where the Qwen3-TTS checkpoint found at `path` for `setting` is, once its files are checked."""
     from huggingface_hub import constants
 
-    path = find_tts_model(setting or None)
     # the official layout (config.json beside speech_tokenizer/); the loader checks the rest when it loads
     missing = [name for name in ("config.json", "speech_tokenizer") if not (path / name).exists()]
     if missing:

@@ -34,7 +34,12 @@ class AssistantConfig:
 
     tts_model, stt_model, llm_model: a folder or file path, or "" to find the model on its own
         (engine/models.py, the bundled Whisper and SmolLM2 packages).
+    base_model: the Base checkpoint that clones voices and speaks in saved ones (a folder), or "" for the official
+        one of the saved voice's size (engine/models.py find_base_model).
     speaker, language: the voice; "" is the model's first speaker, "auto" any language.
+    saved_voice: the name of one of the user's saved voices (engine/voice_library.py) to speak in instead of a
+        speaker, with base_model in place of tts_model; "" for a speaker. The speaker stays set beside it: it speaks
+        when the saved voice is chosen off again, or cannot be used (removed, damaged, no Base model here).
     style: how the voice speaks (1.7B CustomVoice) or what it sounds like (VoiceDesign), for the TTS's
         instruct; "" for none. Models that take none ignore it (AssistantInfo.style_kind says which).
     input_device, output_device: a device name or part of one; "" is the system default.
@@ -58,7 +63,9 @@ class AssistantConfig:
     tts_model: str = ""
     stt_model: str = ""
     llm_model: str = ""
+    base_model: str = ""
     speaker: str = ""
+    saved_voice: str = ""
     language: str = "auto"
     style: str = ""
     input_device: str = ""
@@ -81,10 +88,19 @@ class AssistantConfig:
             setting.check(getattr(self, setting.name))
 
     def models_differ(self, other: AssistantConfig) -> bool:
-        """Whether going from self to other needs the models or sound devices opened anew (not just the voice)."""
-        heavy = ("tts_model", "stt_model", "llm_model", "input_device", "output_device", "device", "history_file",
+        """Whether going from self to other needs the models or sound devices opened anew (not just the voice), by
+        the settings: from a speaker to a saved voice or back changes the speech model (CustomVoice, Base). Whether
+        a saved voice can be spoken at all, and by which Base model, its file says: the Assistant looks there too."""
+        heavy = ("stt_model", "llm_model", "input_device", "output_device", "device", "history_file",
                  "chat_options", "voice_input", "live_transcript")
-        return any(getattr(self, name) != getattr(other, name) for name in heavy)
+        return (any(getattr(self, name) != getattr(other, name) for name in heavy)
+                or self.speech_model_setting != other.speech_model_setting)
+
+    @property
+    def speech_model_setting(self) -> tuple[str, str]:
+        """("base", base_model) where a saved voice is chosen, else ("custom", tts_model): which setting names the
+        speech model."""
+        return ("base", self.base_model) if self.saved_voice else ("custom", self.tts_model)
 
 
 _BOOLS = {"true": True, "false": False}
@@ -139,7 +155,9 @@ SETTINGS = (
     _field("models/tts", "tts_model"),
     _field("models/stt", "stt_model"),
     _field("models/llm", "llm_model"),
+    _field("models/base", "base_model"),
     _field("voice/speaker", "speaker"),
+    _field("voice/saved", "saved_voice"),
     _field("voice/language", "language"),
     _field("voice/style", "style"),
     _field("audio/input", "input_device"),

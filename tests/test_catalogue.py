@@ -1,6 +1,7 @@
 """engine.catalogue: what Parley recommends downloading, sized to the computer."""
 
-from engine.catalogue import OFFERS, QWEN_1_5B, QWEN_7B, SPEECH, WHISPER_SMALL, Machine, recommended, this_machine
+from engine.catalogue import (CLONING, OFFERS, QWEN_1_5B, QWEN_7B, SPEECH, WHISPER_SMALL, Machine, recommended,
+                              this_machine)
 
 GB = 1024**3
 
@@ -13,6 +14,15 @@ def test_a_computer_without_a_large_gpu_gets_the_cpu_fast_models():
 
 def test_a_gpu_with_room_gets_the_larger_language_and_hearing_models():
     assert recommended(Machine(32 * GB, 24 * GB)) == {"tts": SPEECH, "stt": WHISPER_SMALL, "llm": QWEN_7B}
+
+
+def test_the_voice_cloning_model_is_offered_but_not_recommended_to_everyone():
+    """The Base model is on offer (its kind "clone") and none of the recommended downloads: only those who clone a
+    voice want it."""
+    assert CLONING in OFFERS and CLONING.repo_id == "Qwen/Qwen3-TTS-12Hz-0.6B-Base" and CLONING.size == "about 2 GB"
+    assert "clones a voice from a few seconds of speech" in CLONING.why
+    for machine in (Machine(16 * GB, 0), Machine(32 * GB, 24 * GB)):
+        assert CLONING not in recommended(machine).values()
 
 
 def test_every_offer_names_its_size_licence_and_where_it_lands(monkeypatch, tmp_path):

@@ -3,7 +3,7 @@ value holds; a missing, unreadable or hand-edited file reads as the defaults; co
 
 import subprocess
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -77,3 +77,21 @@ def test_the_file_is_where_qsettings_keeps_parleys_on_linux(tmp_path, monkeypatc
     qt = subprocess.run([sys.executable, "-c", "from PySide6.QtCore import QSettings; "
                          "print(QSettings('Parley', 'Parley').fileName())"], capture_output=True, text=True, check=True)
     assert settings_path() == tmp_path / "Parley" / "Parley.conf" == Path(qt.stdout.strip())
+
+
+def test_a_saved_voice_and_the_base_model_are_kept_and_change_the_speech_model(tmp_path):
+    """voice/saved and models/base read back as written (any name); going from a speaker to a saved voice or back
+    changes the speech model, from one saved voice to another or a new speaker does not."""
+    path = tmp_path / "Parley.conf"
+    written_by_qt(path, {"voice/saved": "Grandma Ann 😀, \"quoted\"", "models/base": "/m/base",
+                         "voice/speaker": "aiden"})
+    config = load_config(path)
+    assert (config.saved_voice, config.base_model, config.speaker) == ("Grandma Ann 😀, \"quoted\"", "/m/base",
+                                                                       "aiden")
+    speaker = AssistantConfig(speaker="aiden")
+    assert config.speech_model_setting == ("base", "/m/base") and speaker.speech_model_setting == ("custom", "")
+    assert speaker.models_differ(config) and config.models_differ(speaker)
+    assert not config.models_differ(replace(config, saved_voice="Zoe", speaker="ryan"))
+    assert not speaker.models_differ(replace(speaker, speaker="ryan", base_model="/other"))
+    assert config.models_differ(replace(config, base_model="/other"))
+    assert not config.models_differ(replace(config, tts_model="/other"))

@@ -9,6 +9,7 @@ A recording is checked here (length, level, clipping) and brought to what both e
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
@@ -38,6 +39,8 @@ _MAX_CHANNELS = 8  # more columns than this are not channels: the samples are th
 
 VOICE_FORMAT = "parley.cloned_voice"
 VOICE_VERSION = 1
+_FORMAT_KEYS = frozenset(("format", "version", "mode", "model_size", "reference_text"))
+_MAX_HEADER_BYTES = 1 << 20  # a voice's header is ~1 kB; more is no voice file (and is not read whole)
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,20 +54,27 @@ class ClonedVoice:
     reference_text: str | None  # what the recording says (cleaned); "icl" only
     model_size: str  # tts_model_size of the Base model it was cloned with ("0b6", "1b7")
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, labels: dict[str, str] | None = None) -> Path:
         """Write the voice to one small safetensors file (the embedding, the codes, and JSON-free metadata: format,
         version, mode, model size, transcript); a file already there is replaced whole, never half-written.
 
+        Args:
+            labels: more text to keep in the file's metadata (the voice library keeps the voice's name and date;
+                read_labels gives them back); none may take a key of the format's own.
         Returns:
             The path.
         Raises:
             OSError: the folder cannot be written.
+            ValueError: a label of a key the format uses.
         """
         from safetensors.torch import save_file
 
         path = Path(path)
         tensors = {"embedding": self.embedding.float().contiguous()}
-        metadata = {"format": VOICE_FORMAT, "version": str(VOICE_VERSION), "mode": self.mode,
+        taken = sorted(set(labels or {}) & _FORMAT_KEYS)
+        if taken:
+            raise ValueError(f"labels may not use the voice format's own keys: {', '.join(taken)}")
+        metadata = {**(labels or {}), "format": VOICE_FORMAT, "version": str(VOICE_VERSION), "mode": self.mode,
                     "model_size": self.model_size}
         if self.reference_codes is not None:
             tensors["reference_codes"] = self.reference_codes.long().contiguous()
@@ -120,6 +130,24 @@ def load_voice(path: str | Path) -> ClonedVoice:
     icl = mode == "icl"
     return ClonedVoice(mode, embedding.float(), codes.long() if icl else None,
                        metadata["reference_text"] if icl else None, metadata.get("model_size", ""))
+
+
+def read_labels(path: str | Path) -> dict[str, str]:
+    """The labels ClonedVoice.save kept in a voice file (its metadata without the format's own keys); {} for a file
+    without any, or one whose header cannot be read (load_voice says what is wrong with it).
+
+    The header is read as the safetensors format lays it out (an 8-byte little-endian length, then JSON whose
+    "__metadata__" holds the text), not through safetensors, which refuses the whole file when its tensors are cut
+    short: the name of a damaged voice still shows.
+    """
+    try:
+        with open(path, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(min(length, _MAX_HEADER_BYTES)))
+        metadata = header.get("__metadata__") or {}
+        return {key: value for key, value in metadata.items() if key not in _FORMAT_KEYS and isinstance(value, str)}
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):  # json's errors are ValueErrors
+        return {}
 
 
 def read_reference(audio, sample_rate_hz: int | None, target_rate_hz: int) -> np.ndarray:

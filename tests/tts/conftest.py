@@ -1,4 +1,5 @@
-"""Checkpoints the TTS tests share (tiny_checkpoint, short_checkpoint and short_tts are in tests/conftest.py)."""
+"""Checkpoints the TTS tests share (tiny_checkpoint, short_checkpoint, short_tts and base_checkpoint are in
+tests/conftest.py)."""
 
 import numpy as np
 import pytest
@@ -24,12 +25,6 @@ def speech_like(seconds: float, rate_hz: int = 24_000, seed: int = 0) -> np.ndar
 def tiny17_checkpoint(tmp_path_factory):
     """A 1.7B-shaped tiny checkpoint: the talker is wider than its code predictor."""
     return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny17", "tiny-1.7b", seed=1)
-
-
-@pytest.fixture(scope="session")
-def base_checkpoint(tmp_path_factory):
-    """A tiny Base checkpoint (voice cloning): no speakers, a speaker encoder, a codec with a usable encoder."""
-    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "base", "tiny", seed=3, model_type="base")
 
 
 @pytest.fixture(scope="session")

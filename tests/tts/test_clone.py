@@ -15,7 +15,7 @@ import torch
 
 from engine.errors import InputTextError, ReferenceAudioError, VoiceFileError
 from engine.tts import SamplingOptions, load_tts, load_voice
-from engine.tts.clone import MAX_REFERENCE_S, MIN_REFERENCE_S
+from engine.tts.clone import MAX_REFERENCE_S, MIN_REFERENCE_S, read_labels
 from tests.conftest import copy_checkpoint
 from tests.oracle import import_qwen_tts
 from tests.tts.conftest import speech_like
@@ -146,6 +146,18 @@ def test_saved_voice_round_trips_and_speaks_the_same(tts, voices, tmp_path):
         if mode == "icl":
             assert torch.equal(loaded.reference_codes, voice.reference_codes)
         np.testing.assert_array_equal(greedy(tts, SHORT_TEXT, loaded)[0], greedy(tts, SHORT_TEXT, voice)[0])
+
+
+def test_labels_are_kept_beside_the_voice_and_read_from_a_damaged_file(voices, tmp_path):
+    """save(labels=...) keeps text beside the voice; read_labels gives it back without the format's own keys, also
+    from a file cut short in its tensors; a label may not take a format key."""
+    path = voices["icl"].save(tmp_path / "labelled.voice", labels={"name": "Zoë 😀", "saved": "2025-01-02T03:04:05"})
+    assert read_labels(path) == {"name": "Zoë 😀", "saved": "2025-01-02T03:04:05"}
+    assert load_voice(path).reference_text == REFERENCE_TEXT
+    path.write_bytes(path.read_bytes()[:-64])
+    assert read_labels(path)["name"] == "Zoë 😀" and read_labels(tmp_path / "none.voice") == {}
+    with pytest.raises(ValueError, match=r"labels may not use the voice format's own keys: mode"):
+        voices["icl"].save(tmp_path / "x.voice", labels={"mode": "x_vector"})
 
 
 def test_a_voice_is_prepared_once_for_every_utterance(tts, recording, monkeypatch):
