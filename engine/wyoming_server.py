@@ -254,15 +254,15 @@ class _Connection(AsyncEventHandler):
                     samples += chunk.pcm.size
                     await self.write_event(AudioChunk(rate=rate_hz, width=2, channels=1,
                                                       audio=pcm16(chunk.pcm).tobytes()).event())
+                if first is not None:  # logged before audio-stop, after which the client may be gone at once
+                    audio_s = samples / rate_hz
+                    log.info("wyoming speech: %d characters, voice %s: TTFC %.0f ms (%.0f ms waiting), RTF %.2f, "
+                             "%.1f s", utterance.characters, utterance.speaker, (first - stream.t_start) * 1000,
+                             (t_begin - stream.t_start) * 1000, (time.perf_counter() - t_begin) / audio_s, audio_s)
                 await self.write_event(AudioStop().event())
             finally:
                 stream.cancel()  # nothing to stop where it has ended
                 await asyncio.wait({running})
-        if first is not None:
-            audio_s = samples / rate_hz
-            log.info("wyoming speech: %d characters, voice %s: TTFC %.0f ms (%.0f ms waiting), RTF %.2f, %.1f s",
-                     utterance.characters, utterance.speaker, (first - stream.t_start) * 1000,
-                     (t_begin - stream.t_start) * 1000, (time.perf_counter() - t_begin) / audio_s, audio_s)
 
 
 def _produce(stream, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue) -> None:
