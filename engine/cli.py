@@ -20,6 +20,8 @@ from pathlib import Path
 
 from engine.errors import ParleyError
 
+WYOMING_PORT = 10200  # Home Assistant's default port for a Wyoming text-to-speech service
+
 
 def _voice(folder: Path, config, speaker: str | None, language: str | None,
            instruct: str | None) -> tuple[str | None, str, str | None]:
@@ -423,30 +425,89 @@ class _DownloadProgress:
 
 
 def _serve(args) -> int:
-    """The speech engine on the OpenAI audio API's speech route (engine/speech_server.py), until Ctrl-C."""
+    """The speech engine on the OpenAI audio API's speech route (engine/speech_server.py), or with --wyoming as a
+    Wyoming service (engine/wyoming_server.py), until Ctrl-C."""
+    if args.wyoming is not None:
+        return _serve_wyoming(args)
     import uvicorn
 
-    from engine.models import find_tts_model
-    from engine.settings import load_config
     from engine.speech_server import ServiceOptions, create_app
 
+    host, port = args.host or "127.0.0.1", 8000 if args.port is None else args.port
+    max_waiting = 8 if args.max_waiting is None else args.max_waiting
     token = args.token or os.environ.get("PARLEY_API_TOKEN") or None
-    if token is None and not _loopback(args.host):
-        raise ParleyError(f"serving on {args.host} lets other computers in: give them a token to send (--token, or "
+    if token is None and not _loopback(host):
+        raise ParleyError(f"serving on {host} lets other computers in: give them a token to send (--token, or "
                           "PARLEY_API_TOKEN), or serve on 127.0.0.1")
+    tts = _served_tts(args, "engine.speech_server")
+    print(f"parley: serving {tts.folder.name} on {tts.device} at http://{host}:{port}/v1 (the OpenAI audio "
+          f"API's speech route{', token required' if token else ''}); Ctrl-C stops", file=sys.stderr, flush=True)
+    app = create_app(tts, ServiceOptions(token=token, max_waiting=max_waiting))
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+    return 0
+
+
+def _serve_wyoming(args) -> int:
+    """The speech engine as a Wyoming text-to-speech service (engine/wyoming_server.py), for Home Assistant's Assist,
+    until Ctrl-C (or SIGTERM). The protocol has no authentication, so beyond the loopback interface it is said aloud."""
+    import asyncio
+    import signal
+
+    from engine.wyoming_server import start_server
+
+    http_only = [flag for flag, value in (("--host", args.host), ("--port", args.port), ("--token", args.token),
+                                          ("--max-waiting", args.max_waiting)) if value is not None]
+    if http_only:
+        raise ParleyError(f"{', '.join(http_only)} {'is' if len(http_only) == 1 else 'are'} for the HTTP API; the "
+                          "Wyoming service takes its address in --wyoming [HOST:]PORT and has no token")
+    host, port = args.wyoming
+    if not _loopback(host):  # said before the model loads, so it is not lost among what follows
+        _err(f"parley: warning: the Wyoming protocol has no authentication: anyone who can reach {host}:{port} can "
+             "make Parley speak; serve on a network you trust (Home Assistant's), or on 127.0.0.1")
+    tts = _served_tts(args, "engine.wyoming_server")
+
+    async def serve() -> None:
+        try:
+            server = await start_server(tts, host, port)
+        except OSError as e:
+            raise ParleyError(f"cannot listen on {host}:{port} ({e.strerror or e}); choose another with --wyoming "
+                              "[HOST:]PORT") from None
+        stop = asyncio.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+        _err(f"parley: serving {tts.folder.name} on {tts.device} to Wyoming clients (Home Assistant: add the Wyoming "
+             f"Protocol integration with host and port) at tcp://{host}:{port}; Ctrl-C stops")
+        await stop.wait()
+        await server.stop()
+
+    asyncio.run(serve())
+    return 0
+
+
+def _served_tts(args, logger: str):
+    """The speech engine `parley serve` speaks with, loaded; the server module's request lines (TTFC, RTF) are shown
+    on stderr, its warnings once (by the engine's own handler, _show_warnings)."""
+    from engine.models import find_tts_model
+    from engine.settings import load_config
+
     config = load_config(tts_model=args.model)
     folder = find_tts_model(config.tts_model or None)
     tts = _load_tts(folder, args.device or _device_of(config.device), None)
-    requests = logging.getLogger("engine.speech_server")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("parley: %(message)s"))
+    handler.addFilter(lambda record: record.levelno < logging.WARNING)
+    requests = logging.getLogger(logger)
     requests.addHandler(handler)
     requests.setLevel(logging.INFO)
-    print(f"parley: serving {tts.folder.name} on {tts.device} at http://{args.host}:{args.port}/v1 (the OpenAI audio "
-          f"API's speech route{', token required' if token else ''}); Ctrl-C stops", file=sys.stderr, flush=True)
-    app = create_app(tts, ServiceOptions(token=token, max_waiting=args.max_waiting))
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    return 0
+    return tts
+
+
+def _wyoming_address(value: str) -> tuple[str, int]:
+    """`serve --wyoming`'s type: [HOST:]PORT, the host 127.0.0.1 where none is given (an IPv6 one in brackets)."""
+    host, _, port = value.rpartition(":")
+    if not port.isdecimal() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"'{value}' is not [HOST:]PORT; for example 10200 or 0.0.0.0:10200")
+    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def _loopback(host: str) -> bool:
@@ -646,12 +707,18 @@ def main(argv=None) -> int:
     chat.add_argument("--device", type=_engine_device, help=f"auto, cuda or cpu, for the three models ({settings} "
                       "auto: the GPU where there is one)")
     chat.add_argument("--profile", default="default", help="whose history the turns are saved in")
-    serve = commands.add_parser("serve", help="speak for other programs: the OpenAI audio API's speech route")
-    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: this computer only)")
-    serve.add_argument("--port", type=int, default=8000)
+    serve = commands.add_parser("serve", help="speak for other programs: the OpenAI audio API's speech route, or "
+                                "the Wyoming protocol (Home Assistant)")
+    serve.add_argument("--host", help="the address the HTTP API listens on (default: 127.0.0.1, this computer only)")
+    serve.add_argument("--port", type=int, help="the HTTP API's port (default: 8000)")
     serve.add_argument("--token", help="the bearer token clients must send (or PARLEY_API_TOKEN); needed beyond "
                                        "this computer")
-    serve.add_argument("--max-waiting", type=int, default=8, help="requests that may wait while one is spoken")
+    serve.add_argument("--max-waiting", type=int, help="requests that may wait while one is spoken (default: 8)")
+    serve.add_argument("--wyoming", nargs="?", const=f"127.0.0.1:{WYOMING_PORT}", type=_wyoming_address,
+                       metavar="[HOST:]PORT",
+                       help="serve the Wyoming protocol instead, for Home Assistant's Assist (default: "
+                       f"127.0.0.1:{WYOMING_PORT}, this computer only). It has no authentication: on 0.0.0.0 anyone "
+                       "on the network may make Parley speak")
     serve.add_argument("--model", help=f"checkpoint folder or hub id ({settings} Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
     serve.add_argument("--device", type=_device, help=f"cpu or cuda ({settings} the GPU where there is one)")
     models = commands.add_parser("models", help="what models Parley has, and what it recommends for this computer")

@@ -374,3 +374,62 @@ def test_serve_beyond_this_computer_needs_a_token(tmp_path, capsys):
 
     assert main(["serve", "--host", "0.0.0.0", "--model", str(tmp_path / "not-loaded")]) == 2
     assert "give them a token to send (--token, or PARLEY_API_TOKEN)" in capsys.readouterr().err
+
+
+def test_serve_wyoming_speaks_for_home_assistants_client_and_stops_on_ctrl_c(short_checkpoint, tmp_path):
+    """`parley serve --wyoming PORT` loads the model, says where it listens (the loopback), answers the wyoming
+    package's client with its voices and with audio (logging the request's TTFC and RTF), and Ctrl-C stops it."""
+    import asyncio
+
+    from wyoming.client import AsyncTcpClient
+    from wyoming.info import Describe, Info
+    from wyoming.tts import Synthesize, SynthesizeVoice
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", "--wyoming", str(port), "--model",
+                               str(short_checkpoint)], env=env, stderr=subprocess.PIPE, text=True)
+
+    async def ask():
+        async with AsyncTcpClient("127.0.0.1", port, read_timeout=WAIT_S) as client:
+            await client.write_event(Describe().event())
+            voices = [voice.name for voice in Info.from_event(await client.read_event()).tts[0].voices]
+            await client.write_event(Synthesize(text="Served.", voice=SynthesizeVoice(name="ryan")).event())
+            events = [await client.read_event()]
+            while events[-1].type != "audio-stop":
+                events.append(await client.read_event())
+            return voices, events
+
+    try:
+        lines = []
+        while not any("Ctrl-C stops" in line for line in lines):
+            lines.append(server.stderr.readline())
+            assert lines[-1] or server.poll() is None, "".join(lines)
+        assert f"at tcp://127.0.0.1:{port}" in lines[-1] and "warning" not in "".join(lines)
+        voices, events = asyncio.run(ask())
+        assert "ryan" in voices and events[0].type == "audio-start"
+        assert sum(len(event.payload or b"") for event in events) > 0
+        server.send_signal(signal.SIGINT)
+        _, rest = server.communicate(timeout=60)
+    finally:
+        server.kill()
+    assert server.returncode == 0 and "wyoming speech: 7 characters, voice ryan: TTFC" in rest
+
+
+def test_serve_wyoming_beyond_this_computer_is_said_to_have_no_authentication(tmp_path, capsys):
+    """Listening for Wyoming clients on every interface is allowed (Home Assistant runs on another computer), and
+    warned of at once, before the model loads; the HTTP API's flags are refused beside --wyoming."""
+    from engine.cli import main
+
+    assert main(["serve", "--wyoming", "0.0.0.0:10200", "--model", str(tmp_path / "not-loaded")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("parley: warning: the Wyoming protocol has no authentication: anyone who can reach "
+                          "0.0.0.0:10200 can make Parley speak")
+    assert main(["serve", "--wyoming", "--token", "s3cret", "--port", "1", "--model", str(tmp_path)]) == 2
+    assert ("--port, --token are for the HTTP API; the Wyoming service takes its address in --wyoming [HOST:]PORT "
+            "and has no token") in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["serve", "--wyoming", "home-assistant"])
+    assert "'home-assistant' is not [HOST:]PORT" in capsys.readouterr().err
