@@ -9,6 +9,8 @@ on first load, never at the window's start-up.
 from __future__ import annotations
 
 import logging
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
@@ -16,6 +18,20 @@ from PySide6.QtCore import QObject, Signal, Slot
 from engine.settings import AssistantConfig
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CloneRequest:
+    """A voice to clone and save (the New-voice dialog's): its name, the recording (a file, or (n,) float32 samples
+    and their rate), what it says ("" for Whisper to hear it), and the mode, "icl" or "x_vector" (engine/tts/clone.py).
+    cancelled: set by the window when the user gives up; a voice finished after that is not kept."""
+
+    name: str
+    audio: object
+    sample_rate_hz: int | None
+    text: str
+    mode: str
+    cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
 class EngineWorker(QObject):
@@ -75,6 +91,11 @@ class EngineWorker(QObject):
         """A short sample of a voice, from the settings."""
         self._assistant.preview_voice(speaker)
 
+    @Slot(str)
+    def preview_saved_voice(self, name: str) -> None:
+        """A short sample of a saved voice, from the settings (heard only while the Base model speaks)."""
+        self._assistant.preview_saved_voice(name)
+
     @Slot()
     def press(self) -> None:
         """Push-to-talk key down."""
@@ -133,6 +154,44 @@ class EngineWorker(QObject):
             self.event.emit(HistoryErased(e))
             return
         self.event.emit(HistoryErased(None))
+
+    # -- saved voices ----------------------------------------------------------------------------------------
+
+    @Slot(object, object)
+    def clone_voice(self, request: CloneRequest, config: AssistantConfig) -> None:
+        """Clone and save a voice (VoiceCloned): with the loaded assistant's models where one runs, else with an
+        assistant of `config` that loads only what cloning needs (the Base model, and Whisper without a text). Takes
+        seconds; the conversation's requests wait meanwhile."""
+        from engine.assistant import Assistant
+        from engine.events import VoiceCloned
+        from engine.voice_library import VoiceLibrary
+
+        assistant = self._assistant or Assistant(config)
+        try:
+            voice = assistant.clone_voice(request.name, request.audio, request.sample_rate_hz,
+                                          text=request.text or None, mode=request.mode)
+        except Exception as e:  # the dialog shows it and keeps what the user entered
+            self.event.emit(VoiceCloned(request.name, None, e))
+            return
+        if request.cancelled.is_set():  # the dialog was closed meanwhile: the user did not want it after all
+            VoiceLibrary().remove(voice.name)
+            voice = None
+        self.event.emit(VoiceCloned(request.name, voice))
+
+    @Slot()
+    def erase_saved_voices(self) -> None:
+        """Delete every saved voice (SavedVoicesErased): through the assistant where one runs, so a saved voice that
+        speaks gives way to the speaker; else the files directly."""
+        from engine.events import SavedVoicesErased
+        from engine.voice_library import VoiceLibrary
+
+        try:
+            count = (self._assistant.erase_saved_voices() if self._assistant is not None else
+                     VoiceLibrary().erase_all())
+        except OSError as e:
+            self.event.emit(SavedVoicesErased(0, e))
+            return
+        self.event.emit(SavedVoicesErased(count))
 
     @Slot()
     def shutdown(self) -> None:

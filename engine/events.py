@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from engine.errors import AudioDeviceLostError, HistoryError
     from engine.metrics import Figure, TurnMetrics
     from engine.dialogue import TurnResult
+    from engine.voice_library import SavedVoice
 
 # What the voice loop is doing (StateChanged.state)
 STATES = ("listening", "hearing", "thinking", "speaking", "idle", "muted")
@@ -223,3 +224,25 @@ class HistoryErased:
     """Assistant.erase_history() finished: error is None, or the HistoryError saying what is still there."""
 
     error: HistoryError | None
+
+
+# -- saved voices ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class VoiceCloned:
+    """A voice asked to be cloned as `name` (the app's New voice) is done: `voice` is the SavedVoice as the library
+    lists it, or None where `error` says why not (VoiceNameError, ReferenceAudioError, InputTextError,
+    ModelFilesError, ...); both None where the user cancelled meanwhile and nothing was kept."""
+
+    name: str
+    voice: SavedVoice | None
+    error: Exception | None = None
+
+
+@dataclass(frozen=True)
+class SavedVoicesErased:
+    """Every saved voice was asked to be erased (Assistant.erase_saved_voices, VoiceLibrary.erase_all): `count` were
+    deleted; error is None, or the OSError saying what could not be deleted (the rest were)."""
+
+    count: int
+    error: OSError | None = None
