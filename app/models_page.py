@@ -1,10 +1,11 @@
-"""The Models page: for the speech, speech-recognition and language models, whether one is present and
-where it was found, a way to choose another, and a hub download with progress and cancel.
+"""The Models page: for the speech, speech-recognition and language models, and the voice-cloning model that only
+those who save their own voices need, whether one is present and where it was found, a way to choose another, and a
+hub download with progress and cancel.
 
 Discovery is the engine's (engine/models.py locate_model); downloads are engine/downloads.py, run on a Python
 thread whose progress comes back as queued signals. Paths are stored in the shared QSettings keys "models/tts",
-"models/stt", "models/llm" (empty = find it automatically). With no network the page says so and gives the
-command to run on a machine that has one.
+"models/stt", "models/llm", "models/base" (empty = find it automatically). With no network the page says so and
+gives the command to run on a machine that has one.
 Object names for the style sheet: QWidget#modelsPage, QFrame#modelRow and QLabel#modelState (dynamic
 property state = "present", "missing" or "downloading"), QLabel#modelTitle, QLabel#modelWhere,
 QLabel#offlineHelp, QProgressBar#downloadBar.
@@ -37,14 +38,16 @@ STATES = ("present", "missing", "downloading")
 
 @dataclass(frozen=True)
 class ModelKind:
-    """One row of the page: kind "tts", "stt" or "llm"; its QSettings key; what Choose… asks for, "folder" or "file";
-    offer: what its Download fetches (engine/catalogue.py)."""
+    """One row of the page: kind "tts", "stt", "llm" or "clone"; its QSettings key; what Choose… asks for, "folder" or
+    "file"; offer: what its Download fetches (engine/catalogue.py); optional: Parley runs without it (the
+    voice-cloning model), so it is never "missing"."""
 
     kind: str
     title: str
     key: str
     pick: str
     offer: Offer
+    optional: bool = False
 
     def label(self) -> str:
         """The offer as its button names it: "Qwen2.5 1.5B Instruct, about 1 GB"."""
@@ -58,7 +61,7 @@ class ModelKind:
 
 
 def _kinds() -> tuple[ModelKind, ...]:
-    from engine.catalogue import WHISPER_SMALL, recommended, this_machine
+    from engine.catalogue import CLONING, WHISPER_SMALL, recommended, this_machine
 
     best = recommended(this_machine())
     return (
@@ -66,6 +69,7 @@ def _kinds() -> tuple[ModelKind, ...]:
         # on a CPU the bundled base is the better fit (a larger Whisper slows every turn); small stays on offer
         ModelKind("stt", "Hearing — Whisper", "models/stt", "folder", best["stt"] or WHISPER_SMALL),
         ModelKind("llm", "Thinking — language model (GGUF)", "models/llm", "file", best["llm"]),
+        ModelKind("clone", "Your voices — Qwen3-TTS Base", "models/base", "folder", CLONING, optional=True),
     )
 
 
@@ -176,10 +180,11 @@ class ModelRow(QFrame):
         """Show a discovery result, or a download under way."""
         state = ("downloading" if downloading else "present" if found.path is not None else
                  "damaged" if found.damaged else "missing")
-        self.state.setText({"present": "Ready", "missing": "Missing", "damaged": "Cannot be read",
-                            "downloading": "Downloading"}[state])
+        self.state.setText({"present": "Ready", "missing": "Not downloaded" if self.kind.optional else "Missing",
+                            "damaged": "Cannot be read", "downloading": "Downloading"}[state])
         # a missing model's first clause; the whole message (with the engine's advice) is the tooltip
-        self.where.setText(found.headline)
+        self.where.setText(f"Needed only to make and speak in your own voices: {self.kind.offer.why}."
+                           if state == "missing" and self.kind.optional else found.headline)
         self.where.setToolTip("" if found.path else found.where)
         self.download_button.setProperty("primary", state in ("missing", "damaged"))
         self.auto_button.setVisible(bool(setting))
@@ -283,7 +288,7 @@ class ModelsPage(QWidget):
             self.found[name] = locate_model(name, setting)
             row.show_found(self.found[name], setting, name in self.downloads)
         unusable = [self.rows[n].kind.title.split(" — ")[0] + (" (cannot be read)" if f.damaged else "")
-                    for n, f in self.found.items() if f.path is None]
+                    for n, f in self.found.items() if f.path is None and not self.rows[n].kind.optional]
         todo = self.recommended_downloads()
         offers = "; ".join(f"{row.kind.offer.name} ({row.kind.offer.size}, {row.kind.offer.licence})"
                            for row in (self.rows[n] for n in todo))
@@ -319,8 +324,9 @@ class ModelsPage(QWidget):
             self.start_download(name)
 
     def missing(self) -> list[str]:
-        """The kinds ("tts", "stt", "llm") with no model found; the window shows this page at start when any is."""
-        return [name for name, found in self.found.items() if found.path is None]
+        """The kinds ("tts", "stt", "llm") with no model found; the window shows this page at start when any is. The
+        optional voice-cloning model is never missing."""
+        return [name for name, found in self.found.items() if found.path is None and not self.rows[name].kind.optional]
 
     def _setting(self, name: str) -> str:
         return str(self.settings.value(self.rows[name].kind.key, "") or "")

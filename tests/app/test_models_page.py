@@ -75,6 +75,20 @@ def test_a_missing_model_offers_a_download_and_the_offline_command(page, models_
     assert QGuiApplication.clipboard().text() == command
 
 
+def test_the_voice_cloning_model_is_offered_but_never_missing(page, qsettings, models_dir, base_checkpoint):
+    """The Base model of saved voices has its card: "Not downloaded" with what it is for and a Download of it, but
+    Parley runs without it, so the page never counts it missing; chosen, it is Ready."""
+    from engine.catalogue import CLONING
+
+    row = page.rows["clone"]
+    assert page.missing() == ["tts"] and "Your voices" not in page.summary.text()
+    assert row.state.text() == "Not downloaded" and "your own voices" in row.where.text()
+    assert row.download_button.isVisible() and row.download_button.text() == f"Download {CLONING.name}, {CLONING.size}"
+    assert f"hf download {CLONING.repo_id}" in row.offline.text()
+    page.set_path("clone", str(base_checkpoint))
+    assert qsettings.value("models/base") == str(base_checkpoint) and row.state.text() == "Ready"
+
+
 def test_choosing_a_folder_stores_it_and_find_automatically_clears_it(page, qtbot, qsettings, tiny_checkpoint):
     """Choose… opens a folder dialog; the folder picked is stored and shown; the reset goes back to automatic."""
     row = page.rows["tts"]
@@ -228,5 +242,5 @@ def test_get_the_recommended_models_fetches_each_missing_one_and_all_are_ready(p
     assert not page.total_bar.isVisible()
     assert qsettings.value("models/llm") == str(llm.downloaded_path()) and llm.downloaded_path().read_bytes() == gguf
     assert qsettings.value("models/tts") == str(models_dir / TTS_FOLDER)
-    assert page.missing() == [] and all(row.state.text() == "Ready" for row in page.rows.values())
+    assert page.missing() == [] and all(page.rows[name].state.text() == "Ready" for name in ("tts", "stt", "llm"))
     assert page.recommended_downloads() == [] and not page.get_recommended_button.isVisible()
