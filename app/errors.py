@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QMessageBox, QWidget
 
 from engine.errors import (AudioDeviceError, AudioDeviceLostError, FeatureUnavailableError, GPUUnavailableError,
                            HistoryError, InputTextError, MicrophoneAccessError, MicrophoneSilentError, ModelFilesError,
-                           ModelMissingError, ParleyError)
+                           ModelMissingError, ParleyError, ReferenceAudioError, VoiceNameError)
 
 ACTIONS = {"models": "Open Models…", "settings": "Open Settings…"}
 
@@ -118,6 +118,38 @@ def unknown_voice(speaker: str, speakers: tuple[str, ...], used: str) -> Problem
     return Problem("This speech model has no voice of that name",
                    f"{speaker!r} is not one of its voices ({', '.join(speakers)}); Parley speaks as {used!r}.",
                    "Choose a voice in Settings.", action="settings")
+
+
+def saved_voice_off(name: str, message: str, error: BaseException) -> Problem:
+    """The Problem for a saved voice the settings choose that cannot be spoken (SavedVoiceUnavailable): Parley speaks
+    as the speaker instead; the engine's message says why. A missing Base model is fixed on the Models page."""
+    detail = message[:1].upper() + message[1:]
+    if isinstance(error, ModelFilesError):
+        return Problem(f"Parley cannot speak in your voice “{name}”", detail,
+                       "Download the voice-cloning model on the Models page.", "models")
+    return Problem(f"Parley cannot speak in your voice “{name}”", detail, "Choose another voice in Settings.",
+                   "settings")
+
+
+def clone_failed(error: BaseException) -> Problem:
+    """The Problem for a voice that could not be cloned (VoiceCloned.error), said in the New-voice dialog, which keeps
+    what the user entered: so the advice is what to change there, or the page that fixes a missing model."""
+    detail = str(error) or type(error).__name__
+    detail = detail[:1].upper() + detail[1:]
+    if isinstance(error, ModelMissingError):
+        return Problem("The voice-cloning model is not on this computer", detail,
+                       "Download it on the Models page (Qwen3-TTS 0.6B Base), then save again.", "models")
+    if isinstance(error, ModelFilesError):
+        return Problem("The voice-cloning model cannot be used", detail,
+                       "Download it again or choose another on the Models page, then save again.", "models")
+    if isinstance(error, ReferenceAudioError):
+        return Problem("This recording cannot be used", detail, "Record again, or choose another recording.")
+    if isinstance(error, VoiceNameError):
+        return Problem("Choose another name", detail, "")
+    if isinstance(error, InputTextError):
+        return Problem("The voice needs what the recording says", detail,
+                       "Type what it says, or clone from the sound alone.")
+    return problem_for(error, "making the voice")
 
 
 def erase_failed(error: HistoryError) -> Problem:

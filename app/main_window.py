@@ -35,7 +35,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat_view import ChatView
-from app.errors import ACTIONS, ErrorDialog, Problem, erase_failed, problem_for, unknown_voice, voice_off
+from app.errors import (ACTIONS, ErrorDialog, Problem, erase_failed, problem_for, saved_voice_off, unknown_voice,
+                        voice_off)
 from app.global_key import GlobalKeyError, GlobalTalkKey, unavailable
 from app.meter import LatencyMeter
 from app.settings import Settings
@@ -43,8 +44,9 @@ from app.worker import EngineWorker
 from engine.assistant import AssistantInfo
 from engine.voices import describe
 from engine.events import (ConversationEnded, DeviceLost, DeviceRestored, Figures, Heard, HistoryErased, Level,
-                           Loading, LoadFailed, Measured, Notice, Partial, Ready, ReplyText, SpeakingClause,
-                           StateChanged, TurnFailed, TurnFinished, VoiceInputOff, VoiceNotFound)
+                           Loading, LoadFailed, Measured, Notice, Partial, Ready, ReplyText, SavedVoicesErased,
+                           SavedVoiceUnavailable, SpeakingClause, StateChanged, TurnFailed, TurnFinished, VoiceCloned,
+                           VoiceInputOff, VoiceNotFound)
 
 STATE_TEXT = {
     "listening": "Listening", "hearing": "Hearing you…", "thinking": "Thinking…", "speaking": "Speaking",
@@ -138,6 +140,9 @@ class MainWindow(QMainWindow):
     send_requested = Signal(str)
     speak_requested = Signal(str)
     preview_requested = Signal(str)  # a voice's id, from the settings' Preview
+    preview_saved_requested = Signal(str)  # a saved voice's name, from the settings' Preview
+    clone_requested = Signal(object, object)  # CloneRequest, AssistantConfig: the New-voice dialog's Save
+    erase_voices_requested = Signal()  # the About page's "Erase all saved voices"
     press_requested = Signal()
     release_requested = Signal()
     stop_requested = Signal()
@@ -160,6 +165,8 @@ class MainWindow(QMainWindow):
         self.history_view = None  # made on first use, with the GUI thread's own HistoryStore
         self.models_page = None  # made on first use
         self.about_page = None  # made on first use
+        self.voice_dialog = None  # the New-voice dialog while it is open: the microphone is held muted meanwhile
+        self._cloning = None  # the CloneRequest the worker is on, until its VoiceCloned comes back
         self._history_was_open = False  # the history view was on screen when all history was deleted
         self._talking = False  # Space, the global talk key or the talk button is held
         self.global_key: GlobalTalkKey | None = None
@@ -321,6 +328,9 @@ class MainWindow(QMainWindow):
         self.send_requested.connect(w.send)
         self.speak_requested.connect(w.speak)
         self.preview_requested.connect(w.preview_voice)
+        self.preview_saved_requested.connect(w.preview_saved_voice)
+        self.clone_requested.connect(w.clone_voice)
+        self.erase_voices_requested.connect(w.erase_saved_voices)
         self.press_requested.connect(w.press)
         self.release_requested.connect(w.release)
         self.stop_requested.connect(w.stop)
@@ -350,6 +360,12 @@ class MainWindow(QMainWindow):
                 self.notice.show_problem(voice_off(event.error, event.doing))
             case VoiceNotFound():
                 self.notice.show_problem(unknown_voice(event.speaker, event.speakers, event.used))
+            case SavedVoiceUnavailable():
+                self.notice.show_problem(saved_voice_off(event.name, event.message, event.error))
+            case VoiceCloned():
+                self._voice_cloned(event)
+            case SavedVoicesErased():
+                self._voices_erased(event)
             case Level():
                 self.meter.set_level(event.rms_dbfs)
             case StateChanged():
@@ -408,13 +424,14 @@ class MainWindow(QMainWindow):
     def _engine_ready(self, info: AssistantInfo) -> None:
         self.info = info
         self.load_bar.hide()
-        if self.mute_button.isChecked():  # muted while the models loaded: the new loop starts muted too
+        # muted while the models loaded, or a voice is being recorded: the new loop starts muted too
+        if self.mute_button.isChecked() or self._microphone_held():
             self.mute_requested.emit(True)
         mic = info.microphone or "no microphone"
         kernel = " without its fast kernel" if info.megakernel_problem else ""
-        voice = describe(info.speaker).name if info.speaker else "from its description"
-        self.statusBar().showMessage(f"{info.tts_model.name} on {info.device.upper()}{kernel}, voice {voice}; {mic}",
-                                     8000)
+        voice = (f"your voice “{info.saved_voice}”" if info.saved_voice else
+                 f"voice {describe(info.speaker).name}" if info.speaker else "voice from its description")
+        self.statusBar().showMessage(f"{info.tts_model.name} on {info.device.upper()}{kernel}, {voice}; {mic}", 8000)
         self._tell_megakernel_problem(info)
         self._update_talk_button()
 
@@ -630,6 +647,7 @@ class MainWindow(QMainWindow):
         if self.about_page is None:
             self.about_page = AboutPage(self.settings.store, self._history_path(), self)
             self.about_page.delete_history.connect(self._delete_history)
+            self.about_page.erase_voices.connect(self._erase_voices)
             self._present(self.about_page, 760, 620)
         else:
             self.about_page.refresh()
@@ -704,6 +722,9 @@ class MainWindow(QMainWindow):
         dialog = SettingsDialog(self.settings, self.info, self, global_key_problem=self.global_key_problem)
         dialog.saved.connect(self._settings_saved)
         dialog.preview_requested.connect(self.preview_requested)
+        dialog.preview_saved_requested.connect(self.preview_saved_requested)
+        dialog.voice_dialog_opened.connect(self._voice_dialog_opened)
+        dialog.voice_renamed.connect(self._saved_voice_renamed)
         # let go of the talk key while the dialog is open, so that its field can take that very key
         self._release_global_key()
         dialog.finished.connect(self._grab_global_key)
@@ -717,6 +738,88 @@ class MainWindow(QMainWindow):
         self.hands_free.setChecked(self.settings.listen_mode == "hands-free")
         if self._thread.isRunning():
             self.apply_requested.emit(self._config())
+
+    # -- saved voices ---------------------------------------------------------------------------------------
+
+    def _voice_dialog_opened(self, dialog) -> None:
+        """The New-voice dialog opened: Parley stops speaking and the conversation's microphone is muted while it is
+        open, so no turn runs beside the recording or the cloning (the user's own mute comes back after)."""
+        self.voice_dialog = dialog
+        if self.info is not None:
+            self.stop_requested.emit()
+            self.mute_requested.emit(True)
+        dialog.clone_requested.connect(self._clone)
+        dialog.action_chosen.connect(self._act)
+        dialog.finished.connect(self._voice_dialog_closed)
+
+    def _clone(self, request) -> None:
+        self._cloning = request
+        if not self._thread.isRunning():  # no engine started: the worker clones with the settings' models alone
+            self._thread.start()
+        self.clone_requested.emit(request, self._config())
+
+    def _voice_cloned(self, event: VoiceCloned) -> None:
+        if self._cloning is None or event.name != self._cloning.name:
+            return
+        self._cloning = None
+        if self.voice_dialog is not None:
+            self.voice_dialog.show_result(event.name, event.voice, event.error)
+        elif event.voice is None and event.error is None:  # cancelled: the file the worker saved is gone again
+            self.statusBar().showMessage(f"The voice “{event.name}” was not saved", 5000)
+        self._release_microphone()
+
+    def _voice_dialog_closed(self) -> None:
+        self.voice_dialog = None
+        self._release_microphone()
+
+    def _microphone_held(self) -> bool:
+        """Whether a voice is being recorded or cloned: the conversation's microphone stays muted meanwhile."""
+        return self.voice_dialog is not None or self._cloning is not None
+
+    def _release_microphone(self) -> None:
+        if not self._microphone_held() and self.info is not None:
+            self.mute_requested.emit(self.mute_button.isChecked())
+
+    def _saved_voice_renamed(self, old: str, new: str) -> None:
+        """A saved voice was renamed or removed (new ""): where it is the one the settings choose, the settings follow
+        at once (a removed one gives way to the speaker), whatever the settings dialog then saves."""
+        from engine.voice_library import same_name
+
+        if same_name(self.settings.saved_voice, old):
+            self.settings.saved_voice = new
+            self.settings.sync()
+            if self.info is not None:
+                self.apply_requested.emit(self._config())
+
+    def _erase_voices(self) -> None:
+        """Delete every saved voice (the About page's): the settings stop naming one, so the speaker speaks without
+        a notice, then the worker erases them through the assistant; without a worker thread, here."""
+        if self.settings.saved_voice:
+            self.settings.saved_voice = ""
+            self.settings.sync()
+            if self.info is not None:
+                self.apply_requested.emit(self._config())
+        if self._thread.isRunning():
+            self.erase_voices_requested.emit()
+            return
+        from engine.voice_library import VoiceLibrary
+
+        try:
+            count = VoiceLibrary().erase_all()
+        except OSError as e:
+            self._voices_erased(SavedVoicesErased(0, e))
+            return
+        self._voices_erased(SavedVoicesErased(count))
+
+    def _voices_erased(self, event: SavedVoicesErased) -> None:
+        if event.error is not None:
+            self.show_problem(Problem("Not every saved voice could be deleted", str(event.error),
+                                      "Close programs using the voices folder, then erase them again."))
+        else:
+            self.statusBar().showMessage(f"{event.count} saved voice{'s' if event.count != 1 else ''} deleted from "
+                                         "this computer", 8000)
+        if self.about_page is not None:
+            self.about_page.refresh()
 
     # -- what the window shows --------------------------------------------------------------------------
 

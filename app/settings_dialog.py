@@ -1,14 +1,15 @@
 """The settings dialog: voice, language, speaking style, sound devices, listening, system prompt, model
 paths, GPU/CPU and theme, written to Settings (app/settings.py) when the user saves.
 
-The voices and languages offered are the loaded model's (AssistantInfo, engine/assistant.py); the devices are
-PortAudio's (engine/audio/devices.py). The window applies what was saved without a restart where it
+The voices and languages offered are the loaded model's (AssistantInfo, engine/assistant.py), and the user's saved
+voices (engine/voice_library.py), which New voice… makes (app/voice_dialog.py) and Rename…/Remove change at once;
+the devices are PortAudio's (engine/audio/devices.py). The window applies what was saved without a restart where it
 can: the voice, the listening and the prompt at once, models and devices by reloading them.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -18,9 +19,11 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
+    QInputDialog,
     QKeySequenceEdit,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -31,11 +34,16 @@ from PySide6.QtWidgets import (
 
 from app.settings import THEMES, Settings
 from engine.assistant import DEFAULT_VOICE_DESCRIPTION, AssistantInfo
-from engine.errors import AudioDeviceError
+from engine.errors import AudioDeviceError, ParleyError
 from engine.settings import ENGINE_DEVICES, LISTEN_MODES, LONGEST_PAUSE_MS_RANGE, SILENCE_MS_RANGE
+from engine.voice_library import VoiceLibrary, same_name
 from engine.voices import describe
 
 DEVICE_DEFAULT = "System default"
+# the voice list's role that holds a saved voice's name; a speaker's id is the item's data (Qt's UserRole)
+SAVED_ROLE = Qt.ItemDataRole.UserRole + 1
+MODES = {"icl": "cloned from the recording's sound and words, the closest likeness",
+         "x_vector": "cloned from the recording's sound alone"}
 
 
 class SettingsDialog(QDialog):
@@ -50,16 +58,23 @@ class SettingsDialog(QDialog):
     Signals:
         saved(): the settings were written.
         preview_requested(str): play a sample of this voice (the speech model's id for it).
+        preview_saved_requested(str): play a sample of this saved voice (its name).
+        voice_dialog_opened(VoiceDialog): New voice… opened it; the window has the worker clone what it asks.
+        voice_renamed(str, str): a saved voice was renamed (old name, new name) or removed (new name "") just now.
     """
 
     saved = Signal()
     preview_requested = Signal(str)
+    preview_saved_requested = Signal(str)
+    voice_dialog_opened = Signal(object)
+    voice_renamed = Signal(str, str)
 
     def __init__(self, settings: Settings, info: AssistantInfo | None, parent: QWidget | None = None, *,
                  global_key_problem: str | None = None):
         super().__init__(parent)
         self.settings = settings
         self._global_key_problem = global_key_problem
+        self.info = info
         self.setObjectName("settingsDialog")
         self.setWindowTitle("Settings — Parley")
         tabs = QTabWidget()
@@ -79,19 +94,22 @@ class SettingsDialog(QDialog):
     def _voice_tab(self, info: AssistantInfo | None) -> QWidget:
         s = self.settings
         self.speaker = QComboBox(objectName="speaker", accessibleName="Voice")
-        speakers = info.speakers if info else ()
-        self.speaker.addItem(f"{describe(speakers[0]).name} (the model's first voice)" if speakers else
-                             "The model's first voice", "")
-        for name in speakers:
-            self.speaker.addItem(describe(name).name, name)
-        self._select(self.speaker, s.speaker)
         self.voice_note = QLabel(objectName="hint", wordWrap=True)
         self.preview = QPushButton("Preview", objectName="previewVoice", accessibleName="Preview the voice")
-        self.preview.setToolTip("Hear a short sample of this voice")
-        self.preview.clicked.connect(lambda: self.preview_requested.emit(self._voice()))
+        self.preview.clicked.connect(self._preview)
+        self.new_voice = QPushButton("New voice…", objectName="newVoice",
+                                     accessibleName="Make a new voice from a recording")
+        self.new_voice.setToolTip("Clone a voice from a few sentences you record, or from a recording")
+        self.new_voice.clicked.connect(self.open_voice_dialog)
+        self.rename_voice = QPushButton("Rename…", objectName="renameVoice", accessibleName="Rename the saved voice")
+        self.rename_voice.clicked.connect(lambda: self.ask_rename(self._saved()))
+        self.remove_voice = QPushButton("Remove", objectName="removeVoice", accessibleName="Remove the saved voice")
+        self.remove_voice.setToolTip("Delete this saved voice from this computer")
+        self.remove_voice.clicked.connect(lambda: self.ask_remove(self._saved()))
+        self._speakers = info.speakers if info else ()
+        self._first_voice = self._speakers[0] if self._speakers else ""
         self.speaker.currentIndexChanged.connect(self._show_voice)
-        self._first_voice = speakers[0] if speakers else ""
-        self._show_voice()
+        self._list_voices(s.saved_voice)
         if info is not None and info.style_kind == "description":
             # kept as stored, for the next CustomVoice model
             self.speaker.setEnabled(False)
@@ -113,6 +131,8 @@ class SettingsDialog(QDialog):
         elif kind == "style":
             self.style.setPlaceholderText("How to speak, e.g. cheerful and a little faster")
             self.style_note.setText("Used from Parley's next reply on; empty for a plain voice.")
+        elif info is not None and info.saved_voice is not None:
+            self.style_note.setText("Not available: a saved voice speaks as it was recorded.")
         else:
             self.style_note.setText("Not available: " + (info.style_unsupported if info else
                                                          "the speech model has not loaded yet."))
@@ -120,23 +140,97 @@ class SettingsDialog(QDialog):
         voice = QHBoxLayout()
         voice.addWidget(self.speaker, 1)
         voice.addWidget(self.preview)
+        mine = QHBoxLayout()
+        mine.addWidget(self.new_voice)
+        mine.addWidget(self.rename_voice)
+        mine.addWidget(self.remove_voice)
+        mine.addStretch(1)
         form = QFormLayout()
         form.addRow("Voice", voice)
         form.addRow("", self.voice_note)
+        form.addRow("Your voices", mine)
         form.addRow("Language", self.language)
         form.addRow("Voice description" if kind == "description" else "Speaking style", self.style)
         form.addRow("", self.style_note)
         form.addRow("Speakers", self.output)
         return self._page(form)
 
+    def _list_voices(self, saved: str) -> None:
+        """Fill the voice list: the model's speakers, then "My voices" (a damaged one shown, but not chosen: its
+        tooltip says why); select the saved voice `saved`, else the settings' speaker."""
+        self.speaker.blockSignals(True)  # one _show_voice at the end, not one per item
+        self.speaker.clear()
+        speakers = self._speakers
+        self.speaker.addItem(f"{describe(speakers[0]).name} (the model's first voice)" if speakers else
+                             "The model's first voice", "")
+        for name in speakers:
+            self.speaker.addItem(describe(name).name, name)
+        stored = self.settings.speaker
+        if stored and stored not in speakers:  # a voice of another model: kept selectable rather than dropped
+            self.speaker.addItem(stored, stored)
+        self.saved_voices = VoiceLibrary().list()
+        if self.saved_voices:
+            self.speaker.insertSeparator(self.speaker.count())
+            self.speaker.addItem("My voices")
+            self._disable(self.speaker.count() - 1, "")
+            heading = self.speaker.font()
+            heading.setBold(True)
+            self.speaker.setItemData(self.speaker.count() - 1, heading, Qt.ItemDataRole.FontRole)
+        for voice in self.saved_voices:
+            self.speaker.addItem(f"{voice.name} (damaged)" if voice.damaged else voice.name)
+            self.speaker.setItemData(self.speaker.count() - 1, voice.name, SAVED_ROLE)
+            if voice.damaged:
+                self._disable(self.speaker.count() - 1, voice.problem)
+        index = next((i for i in range(self.speaker.count()) if saved and self.speaker.model().item(i).isEnabled()
+                      and same_name(self.speaker.itemData(i, SAVED_ROLE) or "", saved)), -1)
+        if index >= 0:
+            self.speaker.setCurrentIndex(index)
+        else:
+            self._select(self.speaker, self.settings.speaker)
+        self.speaker.blockSignals(False)
+        self._show_voice()
+
+    def _disable(self, index: int, tooltip: str) -> None:
+        item = self.speaker.model().item(index)
+        item.setEnabled(False)
+        item.setToolTip(tooltip)
+
     def _voice(self) -> str:
-        """The chosen voice's id ("" only while no model is loaded)."""
-        return self.speaker.currentData() or self._first_voice
+        """The chosen speaker's id ("" only while no model is loaded, or where a saved voice is chosen)."""
+        return "" if self._saved() else self.speaker.currentData() or self._first_voice
+
+    def _saved(self) -> str:
+        """The chosen saved voice's name; "" where a speaker is chosen."""
+        return self.speaker.currentData(SAVED_ROLE) or ""
+
+    def _preview(self) -> None:
+        if self._saved():
+            self.preview_saved_requested.emit(self._saved())
+        else:
+            self.preview_requested.emit(self._voice())
 
     def _show_voice(self) -> None:
-        """Under the voice: what it sounds like and the language it speaks best; Preview where there is one to hear."""
+        """Under the voice: what it sounds like and the language it speaks best, or when a saved voice was made;
+        Preview where there is one to hear (the loaded model speaks either the speakers or the saved voices);
+        Rename…/Remove for a saved voice."""
+        saved = self._saved()
+        base_loaded = self.info is not None and self.info.saved_voice is not None
+        self.rename_voice.setEnabled(bool(saved))
+        self.remove_voice.setEnabled(bool(saved))
+        if saved:
+            voice = next(v for v in self.saved_voices if v.name == saved)
+            saved_on = voice.saved.astimezone()
+            self.voice_note.setText(f"Your voice, {MODES[voice.mode]}; saved {saved_on.day} {saved_on:%B %Y}.")
+            self.preview.setEnabled(base_loaded)
+            self.preview.setToolTip("Hear a short sample of this voice" if base_loaded else
+                                    "Save with this voice chosen to hear it: the speech model loaded now speaks in "
+                                    "its own voices only")
+            self.voice_note.show()
+            return
         voice = describe(self._voice()) if self._voice() else None
-        self.preview.setEnabled(voice is not None)
+        self.preview.setEnabled(voice is not None and not base_loaded)
+        self.preview.setToolTip("Save with this voice chosen to hear it: the speech model loaded now speaks in your "
+                                "saved voices only" if base_loaded else "Hear a short sample of this voice")
         if voice is None:
             self.voice_note.setText("The voices are the speech model's; they are listed once it has loaded.")
         elif voice.description:
@@ -145,6 +239,66 @@ class SettingsDialog(QDialog):
         else:
             self.voice_note.setText("")
         self.voice_note.setVisible(bool(self.voice_note.text()))
+
+    # -- saved voices --------------------------------------------------------------------------------------
+
+    def open_voice_dialog(self):
+        """New voice…: the dialog that records and clones a voice, over this one, recording from the microphone
+        chosen on the Listening tab; the new voice is chosen here once it is saved. Returns the open dialog."""
+        from app.voice_dialog import VoiceDialog
+
+        dialog = VoiceDialog(self.input.currentData(), self)
+        dialog.cloned.connect(self._list_voices)
+        dialog.finished.connect(dialog.deleteLater)
+        self.voice_dialog_opened.emit(dialog)
+        dialog.open()
+        return dialog
+
+    def ask_remove(self, name: str) -> QMessageBox:
+        """Ask to confirm removing a saved voice; returns the open message box (Cancel is its default)."""
+        box = QMessageBox(QMessageBox.Icon.Warning, "Remove the voice?",
+                          f"Remove your voice “{name}”? Its file is deleted from this computer; to have it again, "
+                          "record it again.", parent=self)
+        box.setObjectName("removeVoiceConfirm")
+        remove = box.addButton("Remove", QMessageBox.ButtonRole.DestructiveRole)
+        remove.setObjectName("confirmRemoveVoice")
+        remove.setProperty("danger", True)
+        box.setDefaultButton(box.addButton(QMessageBox.StandardButton.Cancel))
+        box.buttonClicked.connect(lambda button: self._remove(name) if button is remove else None)
+        box.finished.connect(box.deleteLater)
+        box.open()
+        return box
+
+    def _remove(self, name: str) -> None:
+        try:
+            VoiceLibrary().remove(name)
+        except (ParleyError, OSError) as e:
+            QMessageBox.warning(self, "The voice could not be removed", str(e))
+            return
+        self._list_voices("")
+        self.voice_renamed.emit(name, "")
+
+    def ask_rename(self, name: str, new_name: str = "", problem: str = "") -> QInputDialog:
+        """Ask for a saved voice's new name; a name that cannot be taken asks again, saying why, with what was
+        typed. Returns the open input dialog."""
+        dialog = QInputDialog(self, objectName="renameVoiceDialog")
+        dialog.setWindowTitle("Rename the voice")
+        dialog.setLabelText((f"{problem[:1].upper()}{problem[1:]}\n\n" if problem else "") + f"New name for “{name}”:")
+        dialog.setTextValue(new_name or name)
+        dialog.setOkButtonText("Rename")
+        dialog.textValueSelected.connect(lambda text: self._rename(name, text))
+        dialog.finished.connect(dialog.deleteLater)
+        dialog.open()
+        return dialog
+
+    def _rename(self, name: str, new_name: str) -> None:
+        try:
+            voice = VoiceLibrary().rename(name, new_name)
+        except (ParleyError, OSError) as e:
+            self.ask_rename(name, new_name, str(e))
+            return
+        self._list_voices(voice.name)
+        self.voice_renamed.emit(name, voice.name)
 
     def _listening_tab(self) -> QWidget:
         s = self.settings
@@ -243,7 +397,9 @@ class SettingsDialog(QDialog):
     def save(self) -> None:
         """Write every field, then saved() and close. The widgets offer only values Settings takes."""
         values = {
-            "speaker": self.speaker.currentData(), "language": self.language.currentData(),
+            # a saved voice keeps the speaker as it was: Parley speaks as it where the saved voice cannot be spoken
+            "speaker": self.settings.speaker if self._saved() else self.speaker.currentData(),
+            "saved_voice": self._saved(), "language": self.language.currentData(),
             "style": " ".join(self.style.text().split()),
             "output_device": self.output.currentData(),
             "input_device": self.input.currentData(), "listen_mode": self.mode.currentData(),

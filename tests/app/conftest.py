@@ -25,6 +25,16 @@ def _sound(sound_server):
     (tests/conftest.py), and the settings dialog lists them."""
 
 
+@pytest.fixture(autouse=True)
+def voices(tmp_path, monkeypatch):
+    """The saved voices' folder of each test: the user's own voices are never listed, changed or erased. Returns the
+    library over it (engine/voice_library.py), which the app and the worker's assistant use too."""
+    from engine import voice_library
+
+    monkeypatch.setattr(voice_library, "voices_dir", lambda: tmp_path / "voices")
+    return voice_library.VoiceLibrary()
+
+
 @pytest.fixture
 def settings(tmp_path):
     """A Settings over an INI file in tmp_path."""
@@ -33,3 +43,14 @@ def settings(tmp_path):
     from app.settings import Settings
 
     return Settings(QSettings(str(tmp_path / "parley.ini"), QSettings.Format.IniFormat))
+
+
+@pytest.fixture(scope="session")
+def cloned(base_checkpoint, reference_wav):
+    """A real voice: the espeak recording (tests/conftest.py) cloned in context by the tiny Base model, for tests
+    to save under names of their own (VoiceLibrary.add)."""
+    from engine.tts import load_tts
+    from tests.conftest import REFERENCE_TEXT
+
+    return load_tts(base_checkpoint).clone_voice(reference_wav, text=REFERENCE_TEXT)
+

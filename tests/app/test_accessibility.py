@@ -52,6 +52,19 @@ def test_every_control_of_the_settings_has_a_name(qtbot, settings):
     assert unnamed(dialog) == []
 
 
+def test_every_control_of_the_new_voice_dialog_has_a_name(qtbot, settings):
+    """Its inputs, Record, the meter, and the working bar and Open Models… where they show."""
+    from app.voice_dialog import VoiceDialog
+    from engine.errors import ModelMissingError
+
+    dialog = VoiceDialog("")
+    qtbot.addWidget(dialog)
+    dialog.show()
+    assert unnamed(dialog) == []
+    dialog.show_result("Me", None, ModelMissingError("no Base model"))
+    assert dialog.action_button.isVisible() and unnamed(dialog) == []
+
+
 @pytest.mark.parametrize("opener", ["open_models", "open_history", "open_about"])
 def test_every_control_of_models_history_and_about_has_a_name(window, opener):
     assert unnamed(getattr(window, opener)()) == []

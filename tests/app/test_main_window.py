@@ -487,3 +487,61 @@ def test_without_a_tray_closing_the_window_ends_parley(window):
     assert window.tray is None
     window.close()
     assert not window.isVisible()
+
+
+def test_a_saved_voice_speaking_is_named_and_one_that_cannot_speak_is_a_notice(window, qtbot):
+    """Ready with a saved voice: the status bar names it as the user's; SavedVoiceUnavailable: the notice bar says
+    which voice, why (the engine's words) and leads to the Models page where the Base model is missing."""
+    from engine.errors import ModelMissingError, VoiceNameError
+    from engine.events import SavedVoiceUnavailable
+
+    ready(window, speaker=None, saved_voice="Grandma Ann")
+    assert "your voice “Grandma Ann”" in window.statusBar().currentMessage()
+    missing = ModelMissingError("/m/base: no such model folder")
+    window.worker.event.emit(SavedVoiceUnavailable(
+        "Grandma Ann", f"speaking as 'aiden' instead of the saved voice 'Grandma Ann': {missing}", missing, "aiden"))
+    problem = window.notice.problem
+    assert problem.headline == "Parley cannot speak in your voice “Grandma Ann”" and problem.action == "models"
+    assert problem.detail.startswith("Speaking as 'aiden' instead") and "/m/base" in problem.detail
+    gone = VoiceNameError("no saved voice is named 'Bob'")
+    window.worker.event.emit(SavedVoiceUnavailable("Bob", f"speaking as 'aiden' instead: {gone}", gone, "aiden"))
+    assert window.notice.problem.action == "settings" and window.notice.isVisible()
+
+
+@pytest.mark.parametrize("muted", [False, True])
+def test_the_new_voice_dialog_stops_parley_and_mutes_the_microphone_until_it_closes(window, qtbot, muted):
+    """New voice… stops Parley's speech and mutes the conversation's microphone, also across a reload meanwhile;
+    closing the dialog gives back the user's own mute."""
+    ready(window)
+    window.mute_button.setChecked(muted)
+    dialog = window.open_settings()
+    with qtbot.waitSignal(window.stop_requested), qtbot.waitSignal(window.mute_requested) as asked:
+        voice_dialog = dialog.open_voice_dialog()
+    assert asked.args == [True] and window.voice_dialog is voice_dialog
+    with qtbot.waitSignal(window.mute_requested) as asked:
+        ready(window)
+    assert asked.args == [True]
+    with qtbot.waitSignal(window.mute_requested) as asked:
+        voice_dialog.reject()
+    assert asked.args == [muted] and window.voice_dialog is None
+    dialog.reject()
+
+
+def test_removing_the_voice_in_use_gives_way_to_the_speaker_at_once(window, qtbot, settings, voices, cloned):
+    """Remove in the settings of the saved voice the settings choose: voice/saved is cleared and the worker is asked
+    to apply it (the speaker speaks), whatever the settings dialog saves later; the Preview of a saved voice asks
+    the worker for it by name."""
+    from PySide6.QtWidgets import QMessageBox
+
+    voices.add("Ann", cloned)
+    settings.saved_voice = "Ann"
+    ready(window, speaker=None, saved_voice="Ann")
+    dialog = window.open_settings()
+    with qtbot.waitSignal(window.preview_saved_requested) as asked:
+        dialog.preview.click()
+    assert asked.args == ["Ann"]
+    with qtbot.waitSignal(window.apply_requested) as applied:
+        dialog.ask_remove("Ann").findChild(QPushButton, "confirmRemoveVoice").click()
+    assert settings.saved_voice == "" and applied.args[0].saved_voice == "" and voices.list() == []
+    assert not dialog.findChild(QMessageBox, "removeVoiceConfirm").isVisible()
+    dialog.reject()

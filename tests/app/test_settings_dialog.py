@@ -170,3 +170,114 @@ def test_without_a_loaded_model_no_voice_can_be_previewed(qtbot, settings):
     dialog = SettingsDialog(settings, None)
     qtbot.addWidget(dialog)
     assert not dialog.preview.isEnabled() and "once it has loaded" in dialog.voice_note.text()
+
+
+def saved_items(dialog) -> list[tuple[str, bool, str]]:
+    """The voice list's saved voices: (text, enabled, tooltip), after its "My voices" heading."""
+    from app.settings_dialog import SAVED_ROLE
+
+    model = dialog.speaker.model()
+    return [(dialog.speaker.itemText(i), model.item(i).isEnabled(), model.item(i).toolTip())
+            for i in range(dialog.speaker.count()) if dialog.speaker.itemData(i, SAVED_ROLE)]
+
+
+def test_saved_voices_are_offered_beside_the_speakers_and_choosing_one_keeps_the_speaker(qtbot, settings, voices,
+                                                                                        cloned):
+    """"My voices" lists the saved voices after the model's (a damaged one disabled, its problem as tooltip);
+    choosing one saves voice/saved and leaves the speaker as it was, Parley's fallback; a speaker chosen again
+    clears it."""
+    from dataclasses import replace
+
+    voices.add("Grandma Ann", cloned)
+    voices.add("Bob", replace(cloned))
+    broken = voices.add("Broken", cloned).path
+    broken.write_bytes(broken.read_bytes()[:40])
+    settings.speaker = "ryan"
+    dialog = SettingsDialog(settings, INFO)
+    qtbot.addWidget(dialog)
+    texts = [dialog.speaker.itemText(i) for i in range(dialog.speaker.count())]
+    assert texts[:3] == ["Aiden (the model's first voice)", "Aiden", "Ryan"] and "My voices" in texts
+    (bob, damaged, ann) = saved_items(dialog)  # a damaged file's name is its file's, where its header is cut too
+    assert bob == ("Bob", True, "") and ann == ("Grandma Ann", True, "")
+    assert damaged[:2] == ("broken (damaged)", False) and "damaged" in damaged[2]
+    assert dialog.speaker.currentText() == "Ryan" and not dialog.remove_voice.isEnabled()
+    dialog.speaker.setCurrentIndex(texts.index("Grandma Ann"))
+    assert dialog.voice_note.text().startswith("Your voice, cloned from the recording's sound and words")
+    assert dialog.remove_voice.isEnabled()
+    dialog.save()
+    assert (settings.saved_voice, settings.speaker) == ("Grandma Ann", "ryan")
+
+    again = SettingsDialog(settings, INFO)
+    qtbot.addWidget(again)
+    assert again.speaker.currentText() == "Grandma Ann"
+    choose(again.speaker, "aiden")
+    again.save()
+    assert (settings.saved_voice, settings.speaker) == ("", "aiden")
+
+
+def test_preview_plays_what_the_loaded_model_speaks_and_says_why_not_otherwise(qtbot, settings, voices, cloned):
+    """A speaker's model loaded: speakers preview, a saved voice cannot (its tooltip says to choose it first); the
+    Base model loaded (a saved voice speaks): saved voices preview by name, speakers cannot."""
+    from dataclasses import replace
+
+    voices.add("Ann", cloned)
+    dialog = SettingsDialog(settings, INFO)
+    qtbot.addWidget(dialog)
+    dialog.speaker.setCurrentIndex(dialog.speaker.findText("Ann"))
+    assert not dialog.preview.isEnabled() and "Save with this voice chosen to hear it" in dialog.preview.toolTip()
+    choose(dialog.speaker, "ryan")
+    assert dialog.preview.isEnabled()
+
+    base = SettingsDialog(settings, replace(INFO, speaker=None, saved_voice="Ann"))
+    qtbot.addWidget(base)
+    assert not base.preview.isEnabled() and "saved voices only" in base.preview.toolTip()
+    base.speaker.setCurrentIndex(base.speaker.findText("Ann"))
+    with qtbot.waitSignal(base.preview_saved_requested) as asked:
+        base.preview.click()
+    assert asked.args == ["Ann"]
+    assert "saved voice speaks as it was recorded" in base.style_note.text()
+
+
+def test_remove_asks_first_and_deletes_the_voice(qtbot, settings, voices, cloned):
+    """Remove names the voice and asks; Cancel (the default, and Esc) keeps it; Remove deletes its file, the list
+    drops it and falls back to the speaker, and voice_renamed tells the window (new name "")."""
+    from PySide6.QtWidgets import QMessageBox, QPushButton
+
+    voices.add("Ann", cloned)
+    settings.saved_voice, settings.speaker = "Ann", "ryan"
+    dialog = SettingsDialog(settings, INFO)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.remove_voice.click()
+    box = dialog.findChild(QMessageBox, "removeVoiceConfirm")
+    assert box.isVisible() and "“Ann”" in box.text()
+    assert box.defaultButton() is box.button(QMessageBox.StandardButton.Cancel)
+    qtbot.keyClick(box, Qt.Key.Key_Escape)
+    assert [v.name for v in voices.list()] == ["Ann"]
+    dialog.remove_voice.click()
+    box = [b for b in dialog.findChildren(QMessageBox, "removeVoiceConfirm") if b.isVisible()][0]
+    with qtbot.waitSignal(dialog.voice_renamed) as told:
+        box.findChild(QPushButton, "confirmRemoveVoice").click()
+    assert told.args == ["Ann", ""] and voices.list() == [] and saved_items(dialog) == []
+    assert dialog.speaker.currentData() == "ryan" and "My voices" not in dialog.speaker.currentText()
+
+
+def test_rename_takes_a_new_name_and_asks_again_for_one_that_is_taken(qtbot, settings, voices, cloned):
+    """Rename… offers the name to edit; a name another voice has is asked again with the engine's reason and what
+    was typed; a free one renames the voice, which stays chosen."""
+    voices.add("Ann", cloned)
+    voices.add("Bob", cloned)
+    dialog = SettingsDialog(settings, INFO)
+    qtbot.addWidget(dialog)
+    dialog.speaker.setCurrentIndex(dialog.speaker.findText("Ann"))
+    asked = dialog.ask_rename("Ann")
+    assert asked.textValue() == "Ann"
+    asked.setTextValue("bob")
+    asked.accept()
+    again = [d for d in dialog.findChildren(type(asked), "renameVoiceDialog") if d.isVisible()][0]
+    assert "already a saved voice named 'Bob'" in again.labelText() and again.textValue() == "bob"
+    again.setTextValue("Annie")
+    with qtbot.waitSignal(dialog.voice_renamed) as told:
+        again.accept()
+    assert told.args == ["Ann", "Annie"] and [v.name for v in voices.list()] == ["Annie", "Bob"]
+    assert dialog.speaker.currentText() == "Annie"
