@@ -1,11 +1,12 @@
 """About Parley and your privacy: the version, what Parley keeps where on this computer (the history file
-of each profile, the settings, the models and caches), that nothing leaves it, and the licences.
+of each profile, the saved voices, the settings, the models and caches), that nothing leaves it, and the licences.
 
 The places are the engine's own (engine/history.py history_path, engine/models.py models_dir, the
 Hugging Face cache, engine/stt/whisper.py cache_dir; engine/models.py locate_model) and QSettings' file,
 so the page shows this machine's real paths. "Delete all history…" asks first, then emits
 delete_history(); the window has the file erased in place, through the engine's own store
-(HistoryStore.erase_all) or, with no engine loaded, engine.history.erase_history().
+(HistoryStore.erase_all) or, with no engine loaded, engine.history.erase_history(). The saved voices are the engine's
+VoiceLibrary's (engine/voice_library.py); "Erase all saved voices…" asks first, then emits erase_voices().
 Object names for the style sheet: QWidget#aboutPage, QLabel#headline, QLabel#aboutWhere, QLabel#hint.
 """
 
@@ -18,6 +19,8 @@ from PySide6.QtCore import QSettings, Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (QFormLayout, QHBoxLayout, QLabel, QMessageBox, QPushButton, QScrollArea, QVBoxLayout,
                                QWidget)
+
+from engine.voice_library import VoiceLibrary
 
 # the model or library, its licence; shown one a line, in this order
 LICENSES = (
@@ -68,9 +71,11 @@ class AboutPage(QWidget):
 
     Signals:
         delete_history(): the user confirmed "Delete all history"; the window erases it and calls refresh().
+        erase_voices(): the user confirmed "Erase all saved voices"; the window erases them and calls refresh().
     """
 
     delete_history = Signal()
+    erase_voices = Signal()
 
     def __init__(self, settings: QSettings, history_file: Path, parent: QWidget | None = None):
         super().__init__(parent)
@@ -85,6 +90,13 @@ class AboutPage(QWidget):
         self.delete_button = QPushButton("Delete all history…", objectName="deleteAllHistory")
         self.delete_button.setProperty("danger", True)
         self.delete_button.clicked.connect(self.ask_delete)
+        self.voices = QLabel(objectName="aboutWhere", wordWrap=True)
+        self.voices.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.open_voices_button = QPushButton("Open the voices folder", objectName="openVoicesFolder")
+        self.open_voices_button.clicked.connect(self.open_voices_folder)
+        self.erase_voices_button = QPushButton("Erase all saved voices…", objectName="eraseVoices")
+        self.erase_voices_button.setProperty("danger", True)
+        self.erase_voices_button.clicked.connect(self.ask_erase_voices)
 
         privacy = QLabel(
             "<b>Nothing leaves this computer.</b> Parley listens, thinks and speaks here: no account, no cloud, "
@@ -101,6 +113,13 @@ class AboutPage(QWidget):
         column.addWidget(privacy)
         column.addWidget(QLabel("<b>What is stored where</b>"))
         column.addLayout(self.where)
+        column.addWidget(QLabel("<b>Your saved voices</b>"))
+        column.addWidget(self.voices)
+        voice_buttons = QHBoxLayout()
+        voice_buttons.addWidget(self.erase_voices_button)
+        voice_buttons.addStretch(1)
+        voice_buttons.addWidget(self.open_voices_button)
+        column.addLayout(voice_buttons)
         column.addWidget(QLabel("<b>Licences</b>"))
         column.addWidget(licences)
         column.addStretch(1)
@@ -126,6 +145,8 @@ class AboutPage(QWidget):
             value = QLabel(text, objectName="aboutWhere", wordWrap=True)
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # paths can be copied
             self.where.addRow(title, value)
+        self.voices.setText(self.saved_voices())
+        self.erase_voices_button.setEnabled(bool(VoiceLibrary().list()))
 
     def stored(self) -> list[tuple[str, str]]:
         """(what, where) for everything Parley keeps on this computer, as the page lists it."""
@@ -155,6 +176,39 @@ class AboutPage(QWidget):
         rows.append(("Hugging Face cache", f"{hub}" + ("" if hub.exists() else " (not used on this computer)")))
         rows.append(("Caches", f"{cache_dir()} (the bundled Whisper model, assembled once)"))
         return rows
+
+    def saved_voices(self) -> str:
+        """What the page says of the saved voices: the folder, how many and how large, their names, and what a voice
+        file holds."""
+        library = VoiceLibrary()
+        voices = library.list()
+        names = ", ".join(f"{v.name} (damaged)" if v.damaged else v.name for v in voices)
+        return (f"{library.folder}\n{library.summary()[:1].upper()}{library.summary()[1:]}"
+                + (f": {names}" if voices else "") + "\n"
+                "Each voice is one small file, made from the recording you gave: no recording is kept, but a voice "
+                "cloned from its sound and words holds that sound's codes, from which it can be heard again.")
+
+    def open_voices_folder(self) -> bool:
+        """Open the saved voices' folder in the file manager (made first if no voice was saved yet)."""
+        folder = VoiceLibrary().folder
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)  # the voices are the user's likeness: theirs alone
+        return QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+
+    def ask_erase_voices(self) -> QMessageBox:
+        """Ask to confirm erasing every saved voice; returns the open message box (Cancel is its default)."""
+        box = QMessageBox(QMessageBox.Icon.Warning, "Erase all saved voices?",
+                          f"Erase every saved voice ({VoiceLibrary().summary()})? Their files are deleted from "
+                          f"{VoiceLibrary().folder}; Parley then speaks in its own voice. This cannot be undone.",
+                          parent=self)
+        box.setObjectName("eraseVoicesConfirm")
+        erase = box.addButton("Erase all", QMessageBox.ButtonRole.DestructiveRole)
+        erase.setObjectName("confirmEraseVoices")
+        erase.setProperty("danger", True)
+        box.setDefaultButton(box.addButton(QMessageBox.StandardButton.Cancel))
+        box.buttonClicked.connect(lambda button: self.erase_voices.emit() if button is erase else None)
+        box.finished.connect(box.deleteLater)
+        box.open()
+        return box
 
     def open_folder(self) -> bool:
         """Open the history's folder in the file manager (made first if nothing was saved yet)."""

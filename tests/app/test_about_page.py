@@ -167,3 +167,42 @@ def test_erasing_a_history_never_saved_makes_no_file(history_file):
     """Nothing saved yet: erase_history has nothing to erase and leaves no file behind."""
     erase_history(history_file)
     assert not history_file.exists() and not history_file.parent.exists()
+
+
+def test_the_saved_voices_are_listed_opened_and_erased_after_asking(qtbot, settings, history_file, voices, cloned):
+    """The page lists the saved voices (their folder, how many and how large, their names, what a voice file holds);
+    Open the voices folder hands it to the file manager; Erase all saved voices… asks first (Cancel the default),
+    and confirmed from the window (no engine running) deletes every voice, clears the setting that chose one, and
+    the page shows none."""
+    voices.add("Grandma Ann", cloned)
+    voices.add("Bob", cloned)
+    settings.saved_voice = "Bob"
+    window = MainWindow(settings, history_file=history_file)
+    qtbot.addWidget(window)
+    window.show()
+    page = window.open_about()
+    text = page.voices.text()
+    assert str(voices.folder) in text and "2 voices, " in text and "Bob, Grandma Ann" in text
+    assert "no recording is kept" in text and page.erase_voices_button.isEnabled()
+
+    desktop = Desktop()
+    QDesktopServices.setUrlHandler("file", desktop, "open")
+    try:
+        page.open_voices_button.click()
+    finally:
+        QDesktopServices.unsetUrlHandler("file")
+    assert desktop.opened == [str(voices.folder)]
+
+    with qtbot.assertNotEmitted(page.erase_voices):
+        page.erase_voices_button.click()
+        box = page.findChild(QMessageBox, "eraseVoicesConfirm")
+        assert box.isVisible() and "2 voices" in box.text()
+        assert box.defaultButton() is box.button(QMessageBox.StandardButton.Cancel)
+        box.defaultButton().click()
+    assert len(voices.list()) == 2
+    page.erase_voices_button.click()
+    [box] = [b for b in page.findChildren(QMessageBox, "eraseVoicesConfirm") if b.isVisible()]
+    box.findChild(QPushButton, "confirmEraseVoices").click()
+    assert voices.list() == [] and not voices.folder.exists() and settings.saved_voice == ""
+    assert "None saved" in page.voices.text() and not page.erase_voices_button.isEnabled()
+    assert window.statusBar().currentMessage() == "2 saved voices deleted from this computer"
