@@ -77,11 +77,6 @@ class VoiceDialog(QDialog):
                                          accessibleName="Record your voice")
         self.record_button.setToolTip("Start recording; press again (Space) to stop")
         self.record_button.toggled.connect(self._record)
-        # wide enough for either word in the bold of a focused (default) button, so neither is cut
-        bold = QFont(self.record_button.font())
-        bold.setWeight(QFont.Weight.DemiBold)
-        self.record_button.setMinimumWidth(max(QFontMetrics(bold).horizontalAdvance(text)
-                                               for text in ("Record", "■ Stop")) + 40)
         self.level = LevelMeter()
         self.length = QLabel(objectName="hint")
         self.length.setAccessibleName("Length of the recording")
@@ -108,12 +103,13 @@ class VoiceDialog(QDialog):
         self.busy.setMaximumHeight(6)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
         self.save_button = self.buttons.button(QDialogButtonBox.StandardButton.Save)
-        # the page that fixes the problem shown (Open Models…), beside Save: it leaves the dialog open
-        self.action_button = self.buttons.addButton("", QDialogButtonBox.ButtonRole.ActionRole)
-        self.action_button.setObjectName("voiceAction")
+        # the page that fixes the problem shown (Open Models…), apart from Save and Cancel: it leaves the dialog open
+        self.action_button = QPushButton(objectName="voiceAction", autoDefault=False)
         self.action_button.clicked.connect(lambda: self.action_chosen.emit(self.problem.action))
         self.buttons.accepted.connect(self.save)
         self.buttons.rejected.connect(self.reject)
+        _fit_bold(self.record_button, "Record", "■ Stop")
+        _fit_bold(self.buttons.button(QDialogButtonBox.StandardButton.Cancel), "Cancel")  # focused while working
         self._meter = QTimer(self, interval=METER_INTERVAL_MS)
         self._meter.timeout.connect(self._show_recording)
 
@@ -137,7 +133,10 @@ class VoiceDialog(QDialog):
         layout.addLayout(form)
         layout.addWidget(self.message)
         layout.addWidget(self.busy)
-        layout.addWidget(self.buttons)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.action_button)
+        buttons.addWidget(self.buttons, 1)
+        layout.addLayout(buttons)
         self.setMinimumWidth(520)
         self._set_working(False)
         self._show_source()
@@ -323,3 +322,11 @@ class VoiceDialog(QDialog):
         if action is not None:
             self.action_button.setText(ACTIONS[action])
         self.adjustSize()  # a long message (a download command) is shown whole, not squeezed
+
+
+def _fit_bold(button: QPushButton, *texts: str) -> None:
+    """Make a button wide enough for each text in the bold the style sheet gives a focused (default) button, so no
+    text is cut when it takes the focus."""
+    bold = QFont(button.font())
+    bold.setWeight(QFont.Weight.DemiBold)
+    button.setMinimumWidth(max(QFontMetrics(bold).horizontalAdvance(text) for text in texts) + 40)
