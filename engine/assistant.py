@@ -112,6 +112,8 @@ def style_kind(model: TTSConfig, language: str) -> tuple[str | None, str]:
 
     if model.model_type == "voice_design":
         return "description", ""
+    if model.model_type == "base":  # the engine's reason names its API; a person chose a saved voice
+        return None, "a saved voice speaks as it was recorded, without a speaking style"
     try:
         resolve_voice(model, model.default_speaker, language or "auto", "calm")
     except InputTextError as e:

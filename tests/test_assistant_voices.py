@@ -83,6 +83,8 @@ def test_a_saved_voice_speaks_replies_and_typed_text_with_the_base_model(saved, 
     try:
         info = events.of(Ready)[-1].info
         assert (info.saved_voice, info.speaker, info.tts_model) == ("Ann", None, short_base_checkpoint)
+        assert (info.style_kind, info.style_unsupported) == (None, "a saved voice speaks as it was recorded, without "
+                                                                  "a speaking style")
         speakers = json.loads((short_checkpoint / "config.json").read_text())["talker_config"]["spk_id"]
         assert set(info.speakers) == set(speakers) and info.style_kind is None
         assert not events.of(SavedVoiceUnavailable) and not events.of(VoiceNotFound)
