@@ -1,0 +1,69 @@
+"""The CPU's fast path (engine/tts/cpu.py): chosen by what the processor does, reported, one setting from float32."""
+
+import numpy as np
+import pytest
+import torch
+
+from engine.tts import load_tts
+from engine.tts.cpu import BF16Linear, Int8Linear, choose_precision, int8_problem, native_bf16
+
+needs_int8 = pytest.mark.skipif(int8_problem() is not None, reason=f"no int8 path: {int8_problem()}")
+
+
+@pytest.fixture(scope="module")
+def int8_tts(short_checkpoint):
+    return load_tts(short_checkpoint, precision="int8")
+
+
+@needs_int8
+def test_auto_on_a_cpu_with_fbgemm_is_int8_and_the_engine_says_so(short_checkpoint):
+    """precision "auto" gives int8 linears in talker and code predictor, and tts.precision names it."""
+    tts = load_tts(short_checkpoint)
+    assert tts.precision.setting == "int8" and tts.precision.weights == "int8"
+    assert str(tts.precision).startswith("int8 weights")
+    layer = tts.model.talker.model.layers[0]
+    assert isinstance(layer.self_attn.q_proj, Int8Linear) and isinstance(layer.mlp.down_proj, Int8Linear)
+    assert isinstance(tts.model.talker.code_predictor.lm_head[3], Int8Linear)
+    assert isinstance(tts.model.talker.codec_head, Int8Linear)
+
+
+def test_float32_is_one_setting_away_and_untouched(short_checkpoint):
+    """precision "float32" keeps every nn.Linear and a float32 codec: today's reference path."""
+    tts = load_tts(short_checkpoint, precision="float32")
+    assert str(tts.precision) == "float32 weights, float32 activations, float32 codec"
+    assert not any(isinstance(m, (Int8Linear, BF16Linear)) for m in tts.model.modules())
+    assert tts.codec.pre_conv.conv.weight.dtype == torch.float32
+
+
+@pytest.mark.parametrize("precision", ["int4", "fp8", "bfloat16", ""])
+def test_an_unknown_precision_is_refused_with_the_valid_ones(short_checkpoint, precision):
+    with pytest.raises(ValueError, match="choose one of: auto, float32, bf16, int8"):
+        load_tts(short_checkpoint, precision=precision)
+
+
+def test_dtype_and_precision_together_on_the_cpu_are_refused(short_checkpoint):
+    with pytest.raises(ValueError, match="give precision alone"):
+        load_tts(short_checkpoint, dtype="float32", precision="int8")
+
+
+def test_codec_is_bfloat16_only_where_the_cpu_has_bfloat16_math():
+    assert choose_precision("float32").codec == "float32"
+    assert choose_precision("bf16").codec == ("bfloat16" if native_bf16() else "float32")
+
+
+@needs_int8
+def test_int8_streams_and_chunking_keeps_the_codes(int8_tts):
+    """The int8 engine streams 80 ms chunks; the same seed gives the same codes in any chunking."""
+    one = list(int8_tts.stream("Grouped.", "ryan", seed=5, chunk_frames=1))
+    four = list(int8_tts.stream("Grouped.", "ryan", seed=5))
+    assert all(c.pcm.dtype == np.float32 and c.pcm.shape == (c.codes.shape[0] * 1920,) for c in one)
+    np.testing.assert_array_equal(np.concatenate([c.codes for c in one]), np.concatenate([c.codes for c in four]))
+
+
+@needs_int8
+def test_int8_weights_round_trip_through_fbgemms_packing(int8_tts):
+    """The packed layer holds the int8 weights and per-channel scales it was made from: w ~ ints * scale."""
+    layer = int8_tts.model.talker.model.layers[0].mlp.up_proj
+    ints, scale, bias = layer.unpack()
+    assert ints.dtype == torch.int8 and ints.abs().max() == 127 and bias is None
+    assert scale.shape == (layer.out_features,) and bool((scale > 0).all())
