@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from engine.tts.codec import CausalTransposedConv, CodecDecoder
 from engine.tts.model import Qwen3TTS
 
 PRECISIONS = ("auto", "float32", "bf16", "int8")
@@ -159,3 +160,49 @@ def quantize(model: Qwen3TTS, precision: Precision) -> None:
                 if isinstance(child, nn.Linear):
                     setattr(module, name, swap(child))
     talker.codec_head = swap(talker.codec_head)
+
+
+class TransposedConvMatmul:
+    """A ConvTranspose1d (stride s, kernel m * s, no padding) on short inputs as one matrix product and m shifted adds.
+
+    oneDNN's transposed convolution costs about as much for 4 input samples as for 16 (55-60 ms for the first
+    decoder block's 1536 -> 768, kernel 16 on one core, weights in bfloat16): it reorders the 19M-weight kernel
+    on each call. Here each input sample times the weights gives its m * s output samples in one product
+    (7 ms), and their overlaps add. Longer inputs, where the convolution is as fast or faster, take the convolution.
+    """
+
+    MAX_SAMPLES = 64  # input samples; on one core the two are even at 128 and the convolution wins beyond
+
+    def __init__(self, conv: nn.ConvTranspose1d, linear: type[nn.Module]):
+        weight = conv.weight.detach()  # (in, out, kernel)
+        self.conv, self.out_channels, self.stride = conv, weight.shape[1], conv.stride[0]
+        self.taps = weight.shape[2] // self.stride  # m: input samples that reach one output sample
+        assert weight.shape[2] == self.taps * self.stride and conv.padding == (0,) and conv.groups == 1
+        flat = nn.Linear(weight.shape[0], weight.shape[1] * weight.shape[2], bias=False, dtype=weight.dtype)
+        flat.weight = nn.Parameter(weight.flatten(1).T.contiguous(), requires_grad=False)  # (out * kernel, in)
+        self.linear = linear(flat) if linear is not nn.Linear else flat
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, in, T) -> the convolution's output (B, out, (T + m - 1) * stride), bias added."""
+        B, _, T = x.shape
+        if T > self.MAX_SAMPLES:
+            return self.conv(x)
+        cols = self.linear(x.transpose(1, 2)).view(B, T, self.out_channels, self.taps, self.stride)
+        y = x.new_zeros(B, self.out_channels, T + self.taps - 1, self.stride)
+        for tap in range(self.taps):  # tap j of input sample t lands at output block t + j
+            y[:, :, tap:tap + T] += cols[:, :, :, tap].transpose(1, 2)
+        return y.flatten(2) + self.conv.bias[:, None]
+
+
+def speed_up_codec(decoder: CodecDecoder) -> None:
+    """Give the codec's transposed convolutions their matrix-product form for short chunks and, where it runs in
+    bfloat16 on a CPU that has it natively, its linear layers (attention, MLPs, ConvNeXt) oneDNN's prepacked weights.
+    The same arithmetic: the output differs from the plain decoder's by rounding only."""
+    linear = BF16Linear if decoder.pre_conv.conv.weight.dtype == torch.bfloat16 and native_bf16() else nn.Linear
+    for module in list(decoder.modules()):
+        if isinstance(module, CausalTransposedConv):
+            module.matmul = TransposedConvMatmul(module.conv, linear)
+        if linear is BF16Linear:
+            for name, child in list(module.named_children()):
+                if isinstance(child, nn.Linear):
+                    setattr(module, name, BF16Linear(child))

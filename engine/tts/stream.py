@@ -25,7 +25,7 @@ from engine.models import redownload_advice
 from engine.tts.checkpoint import load_weights
 from engine.tts.codec import load_codec
 from engine.tts.config import TTSConfig, read_json
-from engine.tts.cpu import PRECISIONS, Precision, choose_precision, quantize
+from engine.tts.cpu import PRECISIONS, Precision, choose_precision, quantize, speed_up_codec
 from engine.tts.model import Qwen3TTS
 from engine.tts.prefill import attach_graphs
 from engine.text import clean_text
@@ -411,6 +411,8 @@ def _load(folder: Path, device: torch.device, precision: Precision, megakernel: 
         attach_graphs(model)
     prompts = PromptBuilder(config, load_tokenizer(folder), model.talker)
     codec = load_codec(folder / "speech_tokenizer", device=device, dtype=getattr(torch, precision.codec))
+    if device.type == "cpu" and precision.setting != "float32":  # float32 stays the official arithmetic
+        speed_up_codec(codec)
     # codebook-0 codes are the talker's ids below its 1024 specials; codes 1..15 are predictor ids
     codebook = config.talker.predictor.vocab_size
     if codec.config.codebook_size != codebook or config.talker.decoder.vocab_size - 1024 != codebook:

@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from engine.tts import load_tts
-from engine.tts.cpu import BF16Linear, Int8Linear, choose_precision, int8_problem, native_bf16
+from engine.tts.codec import CausalTransposedConv, load_codec
+from engine.tts.cpu import (BF16Linear, Int8Linear, TransposedConvMatmul, choose_precision, int8_problem, native_bf16,
+                            speed_up_codec)
 
 needs_int8 = pytest.mark.skipif(int8_problem() is not None, reason=f"no int8 path: {int8_problem()}")
 
@@ -67,3 +69,27 @@ def test_int8_weights_round_trip_through_fbgemms_packing(int8_tts):
     ints, scale, bias = layer.unpack()
     assert ints.dtype == torch.int8 and ints.abs().max() == 127 and bias is None
     assert scale.shape == (layer.out_features,) and bool((scale > 0).all())
+
+
+def test_transposed_convolutions_as_matrix_products_equal_the_convolutions(tiny_checkpoint):
+    """speed_up_codec changes rounding only: a float32 codec decodes the same audio, whole and streamed."""
+    plain = load_codec(tiny_checkpoint / "speech_tokenizer")
+    fast = load_codec(tiny_checkpoint / "speech_tokenizer")
+    speed_up_codec(fast)
+    assert all(m.matmul is not None for m in fast.modules() if isinstance(m, CausalTransposedConv))
+    codes = torch.randint(0, plain.config.codebook_size, (9, plain.config.num_quantizers),
+                          generator=torch.Generator().manual_seed(0))
+    expected = plain.decode(codes)
+    torch.testing.assert_close(fast.decode(codes), expected, atol=1e-5, rtol=0)
+    stream = fast.stream()
+    streamed = torch.cat([stream.decode(codes[:1]), stream.decode(codes[1:5]), stream.decode(codes[5:])])
+    torch.testing.assert_close(streamed, expected, atol=1e-5, rtol=0)
+
+
+def test_a_long_input_takes_the_convolution():
+    """Beyond MAX_SAMPLES input samples the matrix-product form hands the call to the convolution itself."""
+    conv = torch.nn.ConvTranspose1d(8, 4, 6, stride=3)
+    matmul = TransposedConvMatmul(conv, torch.nn.Linear)
+    for samples in (1, TransposedConvMatmul.MAX_SAMPLES, TransposedConvMatmul.MAX_SAMPLES + 1):
+        x = torch.randn(1, 8, samples)
+        torch.testing.assert_close(matmul(x), conv(x), atol=1e-5, rtol=0)
