@@ -8,6 +8,7 @@ from engine.tts import load_tts
 from engine.tts.codec import CausalTransposedConv, load_codec
 from engine.tts.cpu import (BF16Linear, Int8Linear, TransposedConvMatmul, choose_precision, int8_problem, native_bf16,
                             speed_up_codec)
+from engine.tts.testing.quality import measure
 
 needs_int8 = pytest.mark.skipif(int8_problem() is not None, reason=f"no int8 path: {int8_problem()}")
 
@@ -93,3 +94,35 @@ def test_a_long_input_takes_the_convolution():
     for samples in (1, TransposedConvMatmul.MAX_SAMPLES, TransposedConvMatmul.MAX_SAMPLES + 1):
         x = torch.randn(1, 8, samples)
         torch.testing.assert_close(matmul(x), conv(x), atol=1e-5, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def float32_tts(tiny_checkpoint):
+    return load_tts(tiny_checkpoint, precision="float32")
+
+
+# The tiny model's int8 gives about 0.99 (codebook 0) and 0.94 (codebooks 1..15) over 100 frames, and with every
+# layer's scales shuffled 0.17 and 0.09; bench/tts_cpu_quality.py's figures for 0.6B are in docs/BENCHMARKS.md
+TALKER_AGREEMENT, PREDICTOR_AGREEMENT, CODEC_SNR_DB = 0.95, 0.88, 20.0
+
+
+@needs_int8
+def test_int8_follows_float32_teacher_forced(float32_tts, tiny_checkpoint):
+    """Over 100 teacher-forced frames the int8 engine's argmaxes agree with float32's, and its codec's audio is
+    within CODEC_SNR_DB of float32's."""
+    result = measure(float32_tts, load_tts(tiny_checkpoint, precision="int8"), frames=100, codec_frames=20)
+    assert result.talker >= TALKER_AGREEMENT and result.predictor >= PREDICTOR_AGREEMENT, result
+    assert result.codec_snr_db >= CODEC_SNR_DB, result
+
+
+@needs_int8
+def test_the_gate_catches_int8_weights_with_the_wrong_scales(float32_tts, tiny_checkpoint):
+    """Each layer's per-channel scales shuffled across its channels (a layout bug) fails the same gate."""
+    broken = load_tts(tiny_checkpoint, precision="int8")
+    generator = torch.Generator().manual_seed(0)
+    for layer in broken.model.modules():
+        if isinstance(layer, Int8Linear):
+            ints, scale, bias = layer.unpack()
+            layer.pack(ints, scale[torch.randperm(scale.numel(), generator=generator)], bias)
+    result = measure(float32_tts, broken, frames=100, codec_frames=1)
+    assert result.talker < TALKER_AGREEMENT and result.predictor < PREDICTOR_AGREEMENT, result
