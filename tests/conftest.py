@@ -214,10 +214,11 @@ def short_checkpoint(tiny_checkpoint, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def short_tts(short_checkpoint):
-    """The speech engine on short_checkpoint, on the CPU (the TTS, pipeline and voice-loop tests share it)."""
+    """The speech engine on short_checkpoint, on the CPU (the TTS, pipeline and voice-loop tests share it), in
+    float32: streamed audio equals a full decode to float32 rounding there (test_cpu.py covers the fast path)."""
     from engine.tts import load_tts
 
-    return load_tts(short_checkpoint)
+    return load_tts(short_checkpoint, precision="float32")
 
 
 @pytest.fixture(scope="session")

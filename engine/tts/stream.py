@@ -29,6 +29,7 @@ from engine.tts.clone import ClonedVoice, clone_voice
 from engine.tts.codec import StreamState, load_codec
 from engine.tts.config import TTSConfig, read_json
 from engine.tts.encoder import SpeechEncoder, load_speech_encoder
+from engine.tts.cpu import PRECISIONS, Precision, choose_precision, quantize, speed_up_codec
 from engine.tts.model import Qwen3TTS
 from engine.tts.prefill import attach_graphs
 from engine.text import clean_text
@@ -98,9 +99,12 @@ class TTSEngine:
     """Qwen3-TTS on one device: speakers and languages from the checkpoint, speech as a stream."""
 
     def __init__(self, folder: Path, config: TTSConfig, model: Qwen3TTS, prompts: PromptBuilder, codec,
-                 sampling: SamplingOptions, max_frames: int, megakernel_problem: str | None = None,
-                 speaker_encoder: SpeakerEncoder | None = None, speech_encoder: SpeechEncoder | None = None):
+                 sampling: SamplingOptions, max_frames: int, precision: Precision,
+                 megakernel_problem: str | None = None, speaker_encoder: SpeakerEncoder | None = None,
+                 speech_encoder: SpeechEncoder | None = None):
         self.folder, self.config, self.model, self.prompts, self.codec = folder, config, model, prompts, codec
+        # how the model computes (int8 weights, bfloat16 codec, ...): str(precision) is the line to show a user
+        self.precision = precision
         # a Base model's: the recording -> speaker embedding, and -> codec codes (None for the other models)
         self.speaker_encoder, self.speech_encoder = speaker_encoder, speech_encoder
         # an in-context cloned voice -> the codec's state after its recording's codes, made on the voice's first use
@@ -110,7 +114,7 @@ class TTSEngine:
         # older GPU, ...): they run on PyTorch, slower; None where the megakernel runs or was not asked for
         self.megakernel_problem = megakernel_problem
         self.device = next(model.parameters()).device
-        self.dtype = next(model.parameters()).dtype
+        self.dtype = getattr(torch, precision.activations)
         talker = config.talker
         vocab = talker.decoder.vocab_size
         # the official generate() suppresses the top 1024 codec ids (specials), EOS excepted
@@ -173,7 +177,8 @@ class TTSEngine:
         return voice
 
     def move_to_cpu(self) -> None:
-        """Reload the checkpoint on the CPU (float32) in place, and free the GPU's copy of the model.
+        """Reload the checkpoint on the CPU in place, and free the GPU's copy of the model. A GPU engine comes back
+        in precision "auto"; a CPU engine keeps its precision.
 
         For a GPU that ran out of memory: a stream does it itself (see TTSStream.notice), and whoever holds
         this engine speaks on the CPU from then on. Another stream running on the GPU at the time fails.
@@ -181,7 +186,7 @@ class TTSEngine:
         Raises:
             ModelFilesError: the checkpoint can no longer be read; the engine stays as it was.
         """
-        cpu = load_tts(self.folder, "cpu")
+        cpu = load_tts(self.folder, "cpu", precision=self.precision.setting if self.device.type == "cpu" else "auto")
         self.__dict__.update(cpu.__dict__)
         _free_gpu()
 
@@ -359,27 +364,53 @@ def _dtype(device: torch.device, dtype) -> torch.dtype:
     return dtype
 
 
+def _precision(device: torch.device, dtype, precision: str) -> Precision:
+    """What load_tts runs the model in: on CUDA its dtype alone; on the CPU `precision`, or a dtype named instead."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision '{precision}'; choose one of: {', '.join(PRECISIONS)}")
+    if device.type == "cuda":
+        if precision != "auto":
+            raise ValueError(f"precision '{precision}' is a CPU setting; on CUDA choose a dtype (float32, bfloat16 "
+                             "or float16)")
+        name = str(_dtype(device, dtype)).removeprefix("torch.")
+        return Precision({"bfloat16": "bf16"}.get(name, name), name, name, name)
+    if dtype is not None:
+        if precision != "auto":
+            raise ValueError(f"dtype {dtype} and precision '{precision}' both given; on the CPU give precision alone")
+        settings = {torch.float32: "float32", torch.bfloat16: "bf16"}
+        if _dtype(device, dtype) not in settings:
+            raise ValueError(f"dtype {dtype} does not run on the CPU; choose float32 or bfloat16, or a precision "
+                             f"({', '.join(PRECISIONS)})")
+        precision = settings[_dtype(device, dtype)]
+    return choose_precision(precision)
+
+
 def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | None = None,
-             megakernel: bool | None = None) -> TTSEngine:
+             megakernel: bool | None = None, precision: str = "auto") -> TTSEngine:
     """Load a Qwen3-TTS 12 Hz checkpoint folder as published (0.6B or 1.7B; CustomVoice, VoiceDesign or Base).
 
     A machine without a usable CUDA GPU, or a GPU without room for the model, gets the CPU engine
-    (float32) and a logged warning: check the returned engine's `device`.
+    (precision "auto") and a logged warning: check the returned engine's `device` and `precision`.
 
     Args:
         path: the folder (config.json, model.safetensors or shards, tokenizer files, speech_tokenizer/; a Base
             model's weights hold its speaker encoder, and its speech_tokenizer/ the encoder cloning needs).
         device: "cpu" or "cuda" (or "cuda:N").
-        dtype: float32 (CPU default), bfloat16 (CUDA default) or float16.
+        dtype: on CUDA bfloat16 (the default), float16 or float32. On the CPU float32 or bfloat16 weights
+            throughout, the same as precision "float32" or "bf16".
         megakernel: run decode steps in the CUDA megakernel; None = wherever it can run (CUDA, bf16),
             falling back to PyTorch with a logged warning and the reason in the engine's `megakernel_problem`;
             True = required; False = never. The first load of a kernel version compiles it (about a minute;
             engine.tts.kernels.build.needs_build() says whether it will).
+        precision: on the CPU, "auto" (the default) for the fastest this processor does (int8 weights on
+            x86 with AVX2; engine.tts.cpu.choose_precision), "int8", "bf16" or "float32" (the reference, as
+            the official package computes). The engine's `precision` tells what was chosen. On CUDA, "auto".
 
     Raises:
         ModelFilesError: a file is missing, truncated, corrupt or does not match config.json; the
             message names the file and ends with how to get the model again. Nothing stays loaded.
-        ValueError: a device other than cpu, cuda or cuda:N, or an unknown dtype.
+        ValueError: a device other than cpu, cuda or cuda:N, an unknown dtype or precision, a precision
+            other than "auto" on CUDA, both dtype and precision on the CPU, or "int8" on a CPU without it.
     """
     folder = Path(path)
     if not folder.is_dir():
@@ -388,17 +419,17 @@ def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | N
     if device.type == "cuda" and not torch.cuda.is_available():
         log.warning("device 'cuda' was asked for, but this machine has no usable CUDA GPU; using the CPU")
         device, dtype = torch.device("cpu"), None
-    dtype = _dtype(device, dtype)
+    chosen = _precision(device, dtype, precision)
     try:
         try:
-            return _load(folder, device, dtype, megakernel)
+            return _load(folder, device, chosen, megakernel)
         except torch.OutOfMemoryError as e:
             if device.type != "cuda":
                 raise
             log.warning("the GPU has no room for the speech model (%s); using the CPU", str(e).split("\n")[0])
             traceback.clear_frames(e.__traceback__)  # the half-loaded model and its graphs' buffers
         _free_gpu()  # outside the except clause: its traceback no longer holds the GPU tensors
-        return _load(folder, torch.device("cpu"), torch.float32, megakernel=False)
+        return _load(folder, torch.device("cpu"), choose_precision("auto"), megakernel=False)
     except ModelFilesError as e:
         # the traceback keeps every frame below alive, and with them the weights loaded before the fault
         # (gigabytes on a GPU) for as long as the caller keeps the error: drop those frames' variables
@@ -406,8 +437,9 @@ def load_tts(path: str | Path, device: str = "cpu", dtype: torch.dtype | str | N
         raise ModelFilesError(f"{e}\n{redownload_advice(folder)}").with_traceback(e.__traceback__) from None
 
 
-def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bool | None) -> TTSEngine:
-    """load_tts on a checked folder and device."""
+def _load(folder: Path, device: torch.device, precision: Precision, megakernel: bool | None) -> TTSEngine:
+    """load_tts on a checked folder, device and precision."""
+    dtype = getattr(torch, precision.activations)
     config = TTSConfig.from_file(folder / "config.json")
     generation = folder / "generation_config.json"
     defaults = read_json(generation) if generation.exists() else {}
@@ -423,6 +455,7 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
     with torch.device("meta"):
         model = Qwen3TTS(config.talker)
     load_weights(model, folder, ignore=("speaker_encoder.",), device=device, dtype=dtype)  # loaded below, for Base
+    quantize(model, precision)
     megakernel_problem = None
     if megakernel or (megakernel is None and device.type == "cuda" and dtype == torch.bfloat16):
         from engine.tts.kernels.build import MegakernelUnavailable
@@ -438,7 +471,9 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
     if device.type == "cuda":  # the talker's prefill: one CUDA graph per padded prompt length, all captured now
         attach_graphs(model)
     prompts = PromptBuilder(config, load_tokenizer(folder), model.talker)
-    codec = load_codec(folder / "speech_tokenizer", device=device, dtype=dtype)
+    codec = load_codec(folder / "speech_tokenizer", device=device, dtype=getattr(torch, precision.codec))
+    if device.type == "cpu" and precision.setting != "float32":  # float32 stays the official arithmetic
+        speed_up_codec(codec)
     # codebook-0 codes are the talker's ids below its 1024 specials; codes 1..15 are predictor ids
     codebook = config.talker.predictor.vocab_size
     if codec.config.codebook_size != codebook or config.talker.decoder.vocab_size - 1024 != codebook:
@@ -459,7 +494,7 @@ def _load(folder: Path, device: torch.device, dtype: torch.dtype, megakernel: bo
     if device.type == "cuda":  # the codec's stream call: one CUDA graph per chunk length, every length stream()'s
         # default makes captured now (an utterance's tail of 2 or 3 frames would otherwise wait ~140 ms for its capture)
         codec.warm_up(range(1, CHUNK_FRAMES + 1))
-    return TTSEngine(folder, config, model, prompts, codec, sampling, max_frames, megakernel_problem,
+    return TTSEngine(folder, config, model, prompts, codec, sampling, max_frames, precision, megakernel_problem,
                      speaker_encoder, speech_encoder)
 
 

@@ -29,7 +29,8 @@ def tiny17_checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_tts(tiny_checkpoint):
-    return load_tts(tiny_checkpoint)
+    """The tiny checkpoint in float32, the reference precision (test_cpu.py covers the CPU's fast path)."""
+    return load_tts(tiny_checkpoint, precision="float32")
 
 
 @pytest.fixture

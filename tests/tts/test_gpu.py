@@ -12,7 +12,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 def test_cuda_float32_greedy_codes_equal_the_cpu(short_checkpoint, exact_float32):
     """Greedy decoding on the GPU in float32 gives the CPU's codes and audio (1e-4)."""
-    cpu, gpu = load_tts(short_checkpoint), load_tts(short_checkpoint, device="cuda", dtype="float32")
+    cpu = load_tts(short_checkpoint, precision="float32")
+    gpu = load_tts(short_checkpoint, device="cuda", dtype="float32")
     for text, speaker in [("Hello there.", "ryan"), ("Another voice, another text.", "serena")]:
         a = list(cpu.stream(text, speaker, sampling=SamplingOptions.greedy()))
         b = list(gpu.stream(text, speaker, sampling=SamplingOptions.greedy()))
@@ -22,7 +23,8 @@ def test_cuda_float32_greedy_codes_equal_the_cpu(short_checkpoint, exact_float32
 
 def test_cuda_seeded_sampling_equals_the_cpu(short_checkpoint, exact_float32):
     """The counter-based RNG makes a seeded GPU run pick the CPU run's codes."""
-    cpu, gpu = load_tts(short_checkpoint), load_tts(short_checkpoint, device="cuda", dtype="float32")
+    cpu = load_tts(short_checkpoint, precision="float32")
+    gpu = load_tts(short_checkpoint, device="cuda", dtype="float32")
     a = np.concatenate([c.codes for c in cpu.stream("Seeded on two devices.", "aiden", seed=42)])
     b = np.concatenate([c.codes for c in gpu.stream("Seeded on two devices.", "aiden", seed=42)])
     np.testing.assert_array_equal(a, b)

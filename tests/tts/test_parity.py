@@ -57,7 +57,7 @@ def capped(request, tiny_checkpoint, tiny17_checkpoint, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def both(capped):
-    return load_tts(capped), _official(capped)
+    return load_tts(capped, precision="float32"), _official(capped)
 
 
 def test_official_package_loads_parleys_generated_folder(both):
@@ -119,7 +119,7 @@ def test_greedy_codes_and_waveform_equal_the_official_generate(both, text, speak
 def test_voice_design_prompt_equals_the_official(capped, tmp_path):
     """A VoiceDesign model (no speaker, a voice description) gives the official greedy codes."""
     folder = voice_design_copy(capped, tmp_path / "design")
-    ours, official = load_tts(folder), _official(folder)
+    ours, official = load_tts(folder, precision="float32"), _official(folder)
     assert ours.speakers == [] and ours.default_speaker is None  # the ids its config keeps are not voices
     description = "A calm, low voice."
     codes, _ = _official_codes_and_wav(official, "Designed voice.", None, "english", False, instruct=description)
@@ -154,8 +154,8 @@ def test_parley_loads_a_folder_saved_by_the_official_classes(tiny_checkpoint, tm
         shutil.copy(tiny_checkpoint / name, folder / name)
     shutil.copy(tiny_checkpoint / "speech_tokenizer" / "preprocessor_config.json", folder / "speech_tokenizer")
     copy_checkpoint(folder, tmp_path / "capped", max_new_tokens=FRAMES + 1)
-    ours, official = load_tts(tmp_path / "capped"), qwen_tts.Qwen3TTSModel.from_pretrained(str(tmp_path / "capped"),
-                                                                                          dtype=torch.float32)
+    ours = load_tts(tmp_path / "capped", precision="float32")
+    official = qwen_tts.Qwen3TTSModel.from_pretrained(str(tmp_path / "capped"), dtype=torch.float32)
     codes, wav = _official_codes_and_wav(official, "Saved by the official code.", "aiden", "english", True)
     assert np.abs(wav).max() > 0.01
     chunks = list(ours.stream("Saved by the official code.", "aiden", "english", sampling=SamplingOptions.greedy()))

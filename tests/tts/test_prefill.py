@@ -23,7 +23,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 @pytest.fixture(scope="module", params=["tiny", "tiny17"])
 def tts(request, tiny_checkpoint, tiny17_checkpoint):
     """Both model shapes on the CPU (float32): talker as wide as its code predictor, and wider."""
-    return load_tts({"tiny": tiny_checkpoint, "tiny17": tiny17_checkpoint}[request.param])
+    return load_tts({"tiny": tiny_checkpoint, "tiny17": tiny17_checkpoint}[request.param], precision="float32")
 
 
 def _prompt(tts, T, seed, device="cpu"):
