@@ -429,6 +429,8 @@ class MainWindow(QMainWindow):
             self.mute_requested.emit(True)
         mic = info.microphone or "no microphone"
         kernel = " without its fast kernel" if info.megakernel_problem else ""
+        if info.device == "cpu" and info.speech_precision:  # which of the CPU's paths: int8, bfloat16 or float32
+            kernel = f" ({info.speech_precision.split(',')[0]})"
         voice = (f"your voice “{info.saved_voice}”" if info.saved_voice else
                  f"voice {describe(info.speaker).name}" if info.speaker else "voice from its description")
         self.statusBar().showMessage(f"{info.tts_model.name} on {info.device.upper()}{kernel}, {voice}; {mic}", 8000)

@@ -70,6 +70,8 @@ class AssistantInfo:
     style_unsupported: ... and then why, in the engine's words; "" otherwise.
     style: the instruct in use: the settings' style, DEFAULT_VOICE_DESCRIPTION for a VoiceDesign model
         given none, or None.
+    speech_precision: how the speech model computes (engine/tts/cpu.py Precision: "int8 weights and int8 products,
+        float32 activations, bfloat16 codec"); on a CPU the fastest this one allows, as load_tts chose it.
     megakernel_problem: why speech on the GPU runs without the megakernel (no CUDA compiler, an older GPU, ...),
         in the engine's words; None where it runs, or on the CPU.
     """
@@ -88,6 +90,7 @@ class AssistantInfo:
     style_unsupported: str = ""
     style: str | None = None
     megakernel_problem: str | None = None
+    speech_precision: str = ""
     saved_voice: str | None = None
 
 
@@ -245,7 +248,8 @@ class Assistant:
             microphone=self.microphone.device.name if self.microphone else None,
             speakers_device=self.player.device.name, conversation_id=self.dialogue.conversation_id,
             style_kind=kind, style_unsupported=style_unsupported, style=self.dialogue.options.style,
-            megakernel_problem=tts.megakernel_problem, saved_voice=self._speech.name,
+            megakernel_problem=tts.megakernel_problem, speech_precision=str(tts.precision),
+            saved_voice=self._speech.name,
         )
 
     def _speakers_on_offer(self) -> tuple[str, ...]:

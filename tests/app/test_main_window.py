@@ -229,6 +229,14 @@ def test_a_notice_keeps_the_conversation_going_and_says_what_to_do(window, qtbot
         qtbot.keyClick(window.message, Qt.Key.Key_Return)
 
 
+def test_the_status_bar_says_which_of_the_cpus_paths_speaks(window):
+    """On a CPU the engine picks its fastest arithmetic (int8 where the CPU has it): the status bar names it."""
+    ready(window, device="cpu", speech_precision="int8 weights and int8 products, float32 activations, bfloat16 codec")
+    assert "tts on CPU (int8 weights and int8 products)" in window.statusBar().currentMessage()
+    ready(window, device="cpu", speech_precision="float32 weights, float32 activations, float32 codec")
+    assert "tts on CPU (float32 weights)" in window.statusBar().currentMessage()
+
+
 def test_speech_without_the_megakernel_is_told_once_per_reason(window, qtbot, settings):
     """The engine speaks on PyTorch for want of a CUDA compiler: the status bar says so at every start, the notice
     bar once (a lasting reason is not repeated), and again for a new reason or once the kernel has run between; a
