@@ -20,6 +20,7 @@ speaker, with a SavedVoiceUnavailable event. clone_voice() makes and saves new v
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -337,6 +338,10 @@ class Assistant:
             self.device = "cpu"
             self._gpu_notice("the GPU has no room for the speech model; it runs on the CPU (see the log for the "
                              "GPU's error)", "loading the speech model")
+        if self.tts.device.type == "cpu" and self.chat.n_gpu_layers == 0:
+            # a reply's words and its speech are made at once: torch takes the cores llama.cpp leaves, since an
+            # OpenMP op with a thread on a core the LLM holds waits at each barrier (10-20x slower on 2 cores)
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) - self.chat.cpu_threads))
 
         self._advance()
         from engine.stt import Transcriber, TranscriberOptions

@@ -94,6 +94,17 @@ def hum(env: dict, sink: str) -> str:
     return module
 
 
+@pytest.fixture(autouse=True)
+def torch_threads():
+    """An Assistant on the CPU gives torch the cores the LLM leaves (torch.set_num_threads, for the whole process):
+    each test starts with the session's count, so no test inherits another's."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def own_settings_folder(tmp_path_factory):
     """The user's own settings file (engine/settings.py: $XDG_CONFIG_HOME/Parley/Parley.conf, which the app writes

@@ -2,9 +2,11 @@
 SQLite history file): loading with its steps and failures, turns and their events, live settings, the history
 commands, and lost devices coming back, all as the events the app and the CLI see."""
 
+import os
 from dataclasses import replace
 
 import pytest
+import torch
 
 from engine.assistant import DEFAULT_VOICE_DESCRIPTION, STEPS, Assistant
 from engine.errors import GPUUnavailableError, HistoryError, InputTextError, ModelFilesError
@@ -70,6 +72,19 @@ def test_loading_reports_each_step_and_the_models_voices(shared, short_checkpoin
     talker = json.loads((short_checkpoint / "config.json").read_text())["talker_config"]
     assert set(info.speakers) == set(talker["spk_id"]) and info.speaker == "ryan"
     assert info.device == "cpu" and info.microphone is not None and info.stt_model is not None
+
+
+def test_on_the_cpu_the_speech_engine_takes_the_cores_the_llm_leaves(base_config, pulse_server, monkeypatch):
+    """The reply's words and its speech are made at once: torch gets the cores llama.cpp does not use (1 thread
+    here), so neither waits on a core the other holds."""
+    pulse_server.ensure_running()
+    threads = []
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
+    assistant, _ = loaded(base_config)
+    try:
+        assert assistant.chat.cpu_threads == 1 and threads == [max(1, (os.cpu_count() or 1) - 1)]
+    finally:
+        assistant.close()
 
 
 def test_a_missing_speech_model_fails_at_its_step_and_closes_what_was_open(base_config, tmp_path):

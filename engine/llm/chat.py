@@ -259,6 +259,11 @@ class ChatModel:
             ) from e
 
     @property
+    def cpu_threads(self) -> int:
+        """The CPU threads llama.cpp computes with (its own choice where the options left it one)."""
+        return self._llm.n_threads
+
+    @property
     def history(self) -> list[dict[str, str]]:
         """The conversation so far as chat messages ({"role": "user"|"assistant", "content"}), oldest first.
 
