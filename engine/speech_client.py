@@ -197,7 +197,7 @@ class _Server:
             return connection.getresponse(), sock
         except (OSError, http.client.HTTPException) as e:
             connection.close()
-            raise SpeechServerError(f"cannot reach the speech server at {self.url} ({_reason(e)}); is `parley serve` "
+            raise SpeechServerError(f"cannot reach the speech server at {self.url} ({_reason(e)}); is parley serve "
                                     "running there, and is the address right?") from None
 
     def _error(self, response: http.client.HTTPResponse) -> Exception:
@@ -209,16 +209,16 @@ class _Server:
         status = f"{response.status} {response.reason}"
         if response.status == 401:
             if not self._token:
-                return SpeechServerError(f"the speech server at {self.url} needs a token: give the one `parley serve` "
+                return SpeechServerError(f"the speech server at {self.url} needs a token: give the one parley serve "
                                          "was started with (its --token or PARLEY_API_TOKEN)")
             return SpeechServerError(f"the speech server at {self.url} refused the token ({status}); give the one "
-                                     "`parley serve` was started with (its --token or PARLEY_API_TOKEN)")
+                                     "parley serve was started with (its --token or PARLEY_API_TOKEN)")
         if response.status == 429:
             return SpeechServerError(f"the speech server at {self.url} is still busy after "
                                      f"{len(BUSY_RETRY_S) + 1} tries ({said or status}); try again shortly")
         if said is None:
             return SpeechServerError(f"{self.url} is not a Parley speech server ({status} with no error message "
-                                     "of the OpenAI API's shape); give the address `parley serve` printed")
+                                     "of the OpenAI API's shape); give the address parley serve printed")
         if response.status == 400:
             return InputTextError(f"the speech server refused this: {said}")
         return SpeechServerError(f"the speech server at {self.url} failed ({status}): {said}")
@@ -297,7 +297,7 @@ def connect_tts(url: str, token: str | None = None) -> RemoteTTS:
     parts = urlsplit(address)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SpeechServerError(f"{url!r} is not a speech server's address; give one such as "
-                                "http://192.168.1.20:8000, as `parley serve` prints it")
+                                "http://192.168.1.20:8000, as parley serve prints it")
     try:
         parts.port
     except ValueError:
@@ -308,13 +308,13 @@ def connect_tts(url: str, token: str | None = None) -> RemoteTTS:
         data = json.loads(response.read())
     except (OSError, http.client.HTTPException, ValueError):
         raise SpeechServerError(f"{address} is not a Parley speech server (GET /v1/voices answered no JSON); give "
-                                "the address `parley serve` printed") from None
+                                "the address parley serve printed") from None
     finally:
         response.close()
         sock.close()
     if not isinstance(data, dict) or data.get("object") != "parley.voices":
         raise SpeechServerError(f"{address} is not a Parley speech server (GET /v1/voices answered no voices); give "
-                                "the address `parley serve` printed")
+                                "the address parley serve printed")
     model = ServedModel.from_json(data, address)
     if model.model_type == "base":
         raise SpeechServerError(f"the speech server at {address} runs a Base model ({model.name}), which speaks only "
