@@ -433,7 +433,8 @@ class MainWindow(QMainWindow):
             kernel = f" ({info.speech_precision.split(',')[0]})"
         voice = (f"your voice “{info.saved_voice}”" if info.saved_voice else
                  f"voice {describe(info.speaker).name}" if info.speaker else "voice from its description")
-        self.statusBar().showMessage(f"{info.tts_model.name} on {info.device.upper()}{kernel}, {voice}; {mic}", 8000)
+        where = info.speech_server or f"{info.device.upper()}{kernel}"
+        self.statusBar().showMessage(f"{info.tts_model.name} on {where}, {voice}; {mic}", 8000)
         self._tell_megakernel_problem(info)
         self._update_talk_button()
 

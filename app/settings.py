@@ -8,6 +8,7 @@ with app/models_page.py, which reads and writes the model paths through the same
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,8 +77,11 @@ class Settings:
         self.store.setValue("ui/window_geometry", geometry)
 
     def sync(self) -> None:
-        """Write pending changes to disk now (QSettings otherwise writes them a little later)."""
+        """Write pending changes to disk now (QSettings otherwise writes them a little later). A file that holds a
+        speech server's token is made readable by this user alone, as the history's and saved voices' folders are."""
         self.store.sync()
+        if self.speech_token:
+            os.chmod(self.store.fileName(), 0o600)
 
     def assistant_config(self, history_file: Path | None = None,
                          chat_options: ChatOptions | None = None) -> AssistantConfig:

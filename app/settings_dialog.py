@@ -3,13 +3,17 @@ paths, GPU/CPU and theme, written to Settings (app/settings.py) when the user sa
 
 The voices and languages offered are the loaded model's (AssistantInfo, engine/assistant.py), and the user's saved
 voices (engine/voice_library.py), which New voice… makes (app/voice_dialog.py) and Rename…/Remove change at once;
-the devices are PortAudio's (engine/audio/devices.py). The window applies what was saved without a restart where it
-can: the voice, the listening and the prompt at once, models and devices by reloading them.
+the devices are PortAudio's (engine/audio/devices.py). The speech engine is this computer's speech model or a Parley
+speech server (engine/speech_client.py), which Test connection asks on a thread of its own. The window applies what
+was saved without a restart where it can: the voice, the listening and the prompt at once, models and devices by
+reloading them.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+import threading
+
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -44,6 +48,42 @@ DEVICE_DEFAULT = "System default"
 SAVED_ROLE = Qt.ItemDataRole.UserRole + 1
 MODES = {"icl": "cloned from the recording's sound and words, the closest likeness",
          "x_vector": "cloned from the recording's sound alone"}
+ENGINES = (("", "This computer"), ("server", "A Parley server"))  # the speech engine's choices: speech_server "" or set
+SERVER_EXAMPLE = "http://192.168.1.20:8000"
+
+
+class ConnectionTest(QObject):
+    """Asks a speech server what it speaks (engine/speech_client.py connect_tts) on a thread of its own, so the
+    dialog never waits on the network (up to its connect timeout).
+
+    Signals:
+        finished(int, str): the test's number (start()'s) and what to show: the server's model and voices, or the
+            error's message.
+    """
+
+    finished = Signal(int, str)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._count = 0
+
+    def start(self, url: str, token: str) -> int:
+        """Begin a test; returns its number (a later test's result replaces an earlier one's)."""
+        self._count += 1
+        threading.Thread(target=self._run, args=(self._count, url, token), name="parley-connection-test",
+                         daemon=True).start()
+        return self._count
+
+    def _run(self, number: int, url: str, token: str) -> None:
+        from engine.speech_client import connect_tts  # imports the engine's prompt rules (torch): here, not at start
+
+        try:
+            tts = connect_tts(url, token)
+        except ParleyError as e:
+            self.finished.emit(number, str(e))
+            return
+        voices = ", ".join(describe(s).name for s in tts.speakers) or "voices from a description"
+        self.finished.emit(number, f"Connected: {tts.folder.name}, speaking {voices}.")
 
 
 class SettingsDialog(QDialog):
@@ -362,6 +402,36 @@ class SettingsDialog(QDialog):
     def _models_tab(self) -> QWidget:
         s = self.settings
         form = QFormLayout()
+        self.engine = QComboBox(objectName="speechEngine", accessibleName="Speech engine")
+        for data, label in ENGINES:
+            self.engine.addItem(label, data)
+        self.engine.setToolTip("Where Parley's voice is made: by the speech model on this computer, or by a Parley "
+                               "speech server (parley serve) on another one, such as a computer with a GPU")
+        self.server_url = QLineEdit(s.speech_server, objectName="speechServer", accessibleName="Speech server address")
+        self.server_url.setPlaceholderText(SERVER_EXAMPLE)
+        self.server_token = QLineEdit(s.speech_token, objectName="speechToken", accessibleName="Speech server token")
+        self.server_token.setEchoMode(QLineEdit.EchoMode.Password)
+        self.server_token.setPlaceholderText("none")
+        self.test_connection = QPushButton("Test connection", objectName="testConnection",
+                                           accessibleName="Test the connection to the speech server")
+        self.test_connection.clicked.connect(self._test_connection)
+        self.connection_result = QLabel(objectName="hint", wordWrap=True)
+        self.connection_result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._connection_test, self._testing = ConnectionTest(self), 0
+        self._connection_test.finished.connect(self._connection_tested)
+        token_row = QHBoxLayout()
+        token_row.addWidget(self.server_token, 1)
+        token_row.addWidget(self.test_connection)
+        server_note = QLabel("The token is kept in Parley's settings file, which only your user account can read. "
+                             "The server speaks its own model's voices; your saved voices are spoken on this "
+                             "computer only.", objectName="hint", wordWrap=True)
+        form.addRow("Speech engine", self.engine)
+        form.addRow("Server address", self.server_url)
+        form.addRow("Token", token_row)
+        form.addRow("", self.connection_result)
+        form.addRow("", server_note)
+        self._models_form = form
+        self._server_rows = (self.server_url, token_row, self.connection_result, server_note)
         self.model_paths = {}
         for key, title, folder in (("tts_model", "Speech model (folder)", True),
                                    ("stt_model", "Speech recognition (folder)", True),
@@ -375,6 +445,8 @@ class SettingsDialog(QDialog):
             row.addWidget(browse)
             form.addRow(title, row)
             self.model_paths[key] = edit
+            if key == "tts_model":
+                self._local_speech = (edit, browse)
         self.device = QComboBox(objectName="engineDevice")
         for device, label in zip(ENGINE_DEVICES, ("Automatic (GPU when there is one)", "GPU (CUDA)", "CPU")):
             self.device.addItem(label, device)
@@ -390,12 +462,51 @@ class SettingsDialog(QDialog):
         form.addRow("Run on", self.device)
         form.addRow("Appearance", self.theme)
         form.addRow("", self.close_to_tray)
+        self.engine.currentIndexChanged.connect(self._show_engine)
+        self._select(self.engine, "server" if s.speech_server else "")
+        self._show_engine()
         return self._page(form)
+
+    def _show_engine(self) -> None:
+        """The server's fields where a server speaks, the speech model's folder where this computer does."""
+        remote = self.engine.currentData() == "server"
+        for row in self._server_rows:
+            self._models_form.setRowVisible(row, remote)
+        self.connection_result.setVisible(remote and bool(self.connection_result.text()))  # no blank line before
+        for widget in self._local_speech:
+            widget.setEnabled(not remote)
+        self._local_speech[0].setPlaceholderText("not used: the server speaks" if remote else "found automatically")
+
+    def _test_connection(self) -> None:
+        url = self.server_url.text().strip()
+        if not url:
+            self._tell_connection(f"Give the server's address, such as {SERVER_EXAMPLE} (parley serve prints it).")
+            return
+        self._testing = self._connection_test.start(url, self.server_token.text().strip())
+        self.test_connection.setEnabled(False)
+        self._tell_connection(f"Asking {url}…")
+
+    def _connection_tested(self, number: int, message: str) -> None:
+        if number != self._testing:  # a test started since replaces it
+            return
+        self.test_connection.setEnabled(True)
+        self._tell_connection(message[:1].upper() + message[1:])
+
+    def _tell_connection(self, message: str) -> None:
+        self.connection_result.setText(message)
+        self.connection_result.show()
+
 
     # -- saving --------------------------------------------------------------------------------------------
 
     def save(self) -> None:
-        """Write every field, then saved() and close. The widgets offer only values Settings takes."""
+        """Write every field, then saved() and close. The widgets offer only values Settings takes; a server chosen
+        without its address is not saved, and says so."""
+        remote = self.engine.currentData() == "server"
+        if remote and not self.server_url.text().strip():
+            self._tell_connection(f"Give the server's address, such as {SERVER_EXAMPLE}, or choose This computer.")
+            self.server_url.setFocus()
+            return
         values = {
             # a saved voice keeps the speaker as it was: Parley speaks as it where the saved voice cannot be spoken
             "speaker": self.settings.speaker if self._saved() else self.speaker.currentData(),
@@ -410,6 +521,9 @@ class SettingsDialog(QDialog):
             "device": self.device.currentData(), "theme": self.theme.currentData(),
             "close_to_tray": self.close_to_tray.isChecked(),
             **{key: edit.text().strip() for key, edit in self.model_paths.items()},
+            # this computer keeps no server's token: a secret stays only where it is used
+            "speech_server": self.server_url.text().strip() if remote else "",
+            "speech_token": self.server_token.text().strip() if remote else "",
         }
         for name, value in values.items():
             setattr(self.settings, name, value)

@@ -14,7 +14,9 @@ load() (which takes seconds to minutes) and the history commands; the conversati
 
 A saved voice (engine/voice_library.py) chosen in the settings (AssistantConfig.saved_voice) is spoken by a Base
 model (engine/models.py find_base_model) in place of the CustomVoice one; one that cannot be spoken gives way to the
-speaker, with a SavedVoiceUnavailable event. clone_voice() makes and saves new voices.
+speaker, with a SavedVoiceUnavailable event. clone_voice() makes and saves new voices. Where the settings name a speech
+server (AssistantConfig.speech_server), it speaks in place of a speech model here (engine/speech_client.py), in its
+model's own voices.
 """
 
 from __future__ import annotations
@@ -61,9 +63,12 @@ class AssistantInfo:
         CustomVoice model the settings name (its config.json; () where it is not on this computer), for the settings
         to offer beside the saved voices.
     saved_voice: the saved voice in use, its name as saved; None where a speaker speaks.
-    device: where the TTS runs ("cpu" or "cuda").
+    device: where the TTS runs ("cpu" or "cuda"); with a speech server, where the other models run.
     tts_model, llm_model, stt_model: the files or folders loaded; stt_model None when speech
-        recognition is off (then only typed turns work).
+        recognition is off (then only typed turns work). With a speech server, tts_model is its model's folder name
+        there.
+    speech_server: the address of the speech server that speaks (AssistantConfig.speech_server); "" where the speech
+        model runs on this computer.
     microphone, speakers_device: the device names; microphone None when none could be opened.
     conversation_id: the conversation turns are saved to; None until the first turn.
     style_kind: what the model's instruct is: "style" (how the voice speaks: 1.7B CustomVoice),
@@ -93,19 +98,22 @@ class AssistantInfo:
     megakernel_problem: str | None = None
     speech_precision: str = ""
     saved_voice: str | None = None
+    speech_server: str = ""
 
 
 @dataclass(frozen=True)
 class SpeechChoice:
     """The speech model a config asks for (see speech_choice): folder, and for a saved voice the voice, its
     name as saved and its file's stamp (path, size, modification time: a voice saved again is taken anew); or, where
-    the saved voice cannot be spoken, the speaker's model and why (problem)."""
+    the saved voice cannot be spoken, the speaker's model and why (problem). folder is None where a speech server
+    speaks (server, its address)."""
 
-    folder: Path
+    folder: Path | None
     voice: ClonedVoice | None = None
     name: str | None = None
     stamp: tuple | None = None
     problem: ParleyError | None = None
+    server: str = ""
 
 
 def style_kind(model: TTSConfig, language: str) -> tuple[str | None, str]:
@@ -159,7 +167,7 @@ def speech_choice(config: AssistantConfig) -> SpeechChoice:
     """The speech model `config` asks for, found (files only, nothing loaded): for a saved voice, the Base model
     it was cloned with (find_base_model) and the voice; where it cannot be spoken (removed, damaged, cloned with
     another model, no Base model here), the speaker's CustomVoice model and why. `parley say` and `parley chat` choose
-    so too.
+    so too. Where a speech server speaks, nothing is looked for here; a saved voice chosen gives way (problem).
 
     Raises:
         ModelFilesError: the CustomVoice model is not there (the message says how to get it).
@@ -169,6 +177,11 @@ def speech_choice(config: AssistantConfig) -> SpeechChoice:
     from engine.models import find_base_model, find_tts_model
 
     problem = None
+    if config.speech_server:
+        if config.saved_voice:
+            problem = InputTextError(f"a saved voice is spoken on this computer only; the speech server at "
+                                     f"{config.speech_server} speaks its model's own voices")
+        return SpeechChoice(None, problem=problem, server=config.speech_server)
     if config.saved_voice:
         from engine.tts.clone import load_voice
         from engine.voice_library import VoiceLibrary
@@ -249,8 +262,8 @@ class Assistant:
             microphone=self.microphone.device.name if self.microphone else None,
             speakers_device=self.player.device.name, conversation_id=self.dialogue.conversation_id,
             style_kind=kind, style_unsupported=style_unsupported, style=self.dialogue.options.style,
-            megakernel_problem=tts.megakernel_problem, speech_precision=str(tts.precision),
-            saved_voice=self._speech.name,
+            megakernel_problem=tts.megakernel_problem, saved_voice=self._speech.name, speech_server=self._speech.server,
+            speech_precision="" if self._speech.server else str(tts.precision),
         )
 
     def _speakers_on_offer(self) -> tuple[str, ...]:
@@ -325,23 +338,14 @@ class Assistant:
         self.metrics = MetricsRecorder()
 
         self._advance()
-        from engine.tts import load_tts
-
-        if self.device == "cuda":
-            from engine.tts.kernels.build import needs_build
-
-            if needs_build():  # a minute of nvcc that would otherwise look like a stuck load
-                self._progress("speech model (first start: compiling its GPU kernel, about a minute)")
         self._speech = speech_choice(config)
-        self.tts = load_tts(self._speech.folder, device=self.device)
-        if self.tts.device.type != self.device:  # the GPU had no room: load_tts fell back to the CPU
-            self.device = "cpu"
-            self._gpu_notice("the GPU has no room for the speech model; it runs on the CPU (see the log for the "
-                             "GPU's error)", "loading the speech model")
-        if self.tts.device.type == "cpu" and self.chat.n_gpu_layers == 0:
-            # a reply's words and its speech are made at once: torch takes the cores llama.cpp leaves, since an
-            # OpenMP op with a thread on a core the LLM holds waits at each barrier (10-20x slower on 2 cores)
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) - self.chat.cpu_threads))
+        if self._speech.server:
+            from engine.speech_client import connect_tts
+
+            self._progress(f"speech model (asking the speech server at {self._speech.server})")
+            self.tts = connect_tts(self._speech.server, config.speech_token)
+        else:
+            self._load_tts()
 
         self._advance()
         from engine.stt import Transcriber, TranscriberOptions
@@ -373,6 +377,27 @@ class Assistant:
         self._advance()
         self._start_loop(self._new_dialogue())
         self._advance()
+
+    def _load_tts(self) -> None:
+        """The speech model of self._speech, on this computer."""
+        from engine.tts import load_tts
+
+        if self.device == "cuda":
+            from engine.tts.kernels.build import needs_build
+
+            if needs_build():  # a minute of nvcc that would otherwise look like a stuck load
+                self._progress("speech model (first start: compiling its GPU kernel, about a minute)")
+        self.tts = load_tts(self._speech.folder, device=self.device)
+        if self.tts.device.type != self.device:  # the GPU had no room: load_tts fell back to the CPU
+            self.device = "cpu"
+            self._gpu_notice("the GPU has no room for the speech model; it runs on the CPU (see the log for the "
+                             "GPU's error)", "loading the speech model")
+        if self.tts.device.type == "cpu" and self.chat.n_gpu_layers == 0:
+            import torch
+
+            # a reply's words and its speech are made at once: torch takes the cores llama.cpp leaves, since an
+            # OpenMP op with a thread on a core the LLM holds waits at each barrier (10-20x slower on 2 cores)
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) - self.chat.cpu_threads))
 
     def _load_turn_model(self) -> None:
         """The end-of-turn model, where the config asks for it and there is speech to hear; where it cannot be

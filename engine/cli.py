@@ -2,7 +2,8 @@
 TTFC and RTF; `parley chat` holds a spoken conversation through the microphone (engine/assistant.py), or
 with --text a typed one; each reply is printed and spoken, its figures on stderr. Both take the models and
 the voice chosen in the app (engine/settings.py); a flag overrides its setting. `parley voice` clones, lists and
-removes the user's saved voices (engine/voice_library.py), which `say --voice` and `chat --voice` speak in."""
+removes the user's saved voices (engine/voice_library.py), which `say --voice` and `chat --voice` speak in. `parley
+serve` speaks for other programs, and `chat --speech-server` speaks through it from another computer."""
 
 from __future__ import annotations
 
@@ -332,10 +333,11 @@ def _chat(args) -> int:
                          silence_ms=args.silence_ms, longest_pause_ms=args.longest_pause_ms,
                          turn_detection=args.turn_detection, listen_mode=args.listen_mode, device=args.device,
                          history_file=history_path(args.profile), voice_input=not args.text,
+                         speech_server=args.speech_server, speech_token=_speech_token(args),
                          live_transcript=False)  # a terminal shows what was heard once it is final
     if args.speaker and not args.voice:  # the app's saved voice gives way to a speaker asked for
         config = dataclasses.replace(config, saved_voice="")
-    if args.speaker:  # a misspelt name is told at once, not after loading three models
+    if args.speaker and not config.speech_server:  # a misspelt name is told at once, not after loading three models
         _voice(find_tts_model(config.tts_model or None), config, args.speaker, None, None)
     if args.voice:  # so is a saved voice that cannot be spoken
         from engine.assistant import speech_choice
@@ -350,11 +352,23 @@ def _chat(args) -> int:
             raise printer.voice_off  # the microphone or Whisper model asked for cannot be used: say which
         info = assistant.info
         voice = f"the saved voice {info.saved_voice!r}" if info.saved_voice else f"voice {info.speaker}"
-        about = f"parley: {info.llm_model.name} and {info.tts_model.name}, {voice}"
+        speech = f"{info.tts_model.name} on {info.speech_server}" if info.speech_server else info.tts_model.name
+        about = f"parley: {info.llm_model.name} and {speech}, {voice}"
         if info.microphone is None:  # typed, or the microphone may not be opened: the conversation goes on typed
             printer.typed = True
             return _typed_chat(assistant, printer, about)
         return _voice_chat(assistant, about)
+
+
+def _speech_token(args) -> str | None:
+    """The token for `chat`'s speech server: --speech-token, else, for a server named by --speech-server,
+    PARLEY_API_TOKEN (the variable `parley serve` reads: one name for one secret on both ends); None keeps the
+    settings' token, which goes only to the settings' server."""
+    if args.speech_token is not None:
+        return args.speech_token
+    if args.speech_server:
+        return os.environ.get("PARLEY_API_TOKEN", "")
+    return None
 
 
 def _models(args) -> int:
@@ -701,6 +715,12 @@ def main(argv=None) -> int:
     chat.add_argument("--model", help=f"TTS checkpoint folder or hub id ({settings} "
                       "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
     chat.add_argument("--llm", help=f"GGUF chat model file ({settings} the bundled SmolLM2-135M-Instruct)")
+    chat.add_argument("--speech-server", metavar="URL", help="speak through a Parley speech server (parley serve on "
+                      f"another computer, e.g. http://192.168.1.20:8000); '' speaks on this one ({settings} this "
+                      "computer)")
+    chat.add_argument("--speech-token", metavar="TOKEN", help="the token that server was given (default: "
+                      "PARLEY_API_TOKEN with --speech-server, else the settings'); the variable keeps it out of the "
+                      "process list")
     chat_who = chat.add_mutually_exclusive_group()
     chat_who.add_argument("--speaker", help=f"voice name ({settings} the TTS model's first)")
     chat_who.add_argument("--voice", help=f"a saved voice's name (parley voice list) ({settings} none)")

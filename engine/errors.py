@@ -65,6 +65,12 @@ class HistoryError(ParleyError):
     """The conversation history database cannot be read or written (locked, disk full, corrupt)."""
 
 
+class SpeechServerError(ParleyError):
+    """The speech server the settings name (engine/speech_client.py) cannot speak: unreachable, refusing the token,
+    busy, not a Parley speech server, or gone mid-sentence. The message names its address and what to do; the next
+    turn asks it again."""
+
+
 class FeatureUnavailableError(ParleyError):
     """An optional part of Parley cannot run (its model is not installed); the message says what Parley does
     instead and how to get the part. Reported as a notice: the conversation goes on."""

@@ -40,6 +40,11 @@ class AssistantConfig:
     saved_voice: the name of one of the user's saved voices (engine/voice_library.py) to speak in instead of a
         speaker, with base_model in place of tts_model; "" for a speaker. The speaker stays set beside it: it speaks
         when the saved voice is chosen off again, or cannot be used (removed, damaged, no Base model here).
+    speech_server: the address of a Parley speech server (`parley serve`, e.g. http://192.168.1.20:8000) that speaks
+        in place of a speech model on this computer (engine/speech_client.py); "" to speak here. It speaks its own
+        model's voices: tts_model, base_model and saved_voice wait unused while it is set.
+    speech_token: the bearer token that server asks for; "" for none. It is kept in the settings file, which the app
+        makes readable by the user alone (as the history's and the saved voices' folders are).
     style: how the voice speaks (1.7B CustomVoice) or what it sounds like (VoiceDesign), for the TTS's
         instruct; "" for none. Models that take none ignore it (AssistantInfo.style_kind says which).
     input_device, output_device: a device name or part of one; "" is the system default.
@@ -66,6 +71,8 @@ class AssistantConfig:
     base_model: str = ""
     speaker: str = ""
     saved_voice: str = ""
+    speech_server: str = ""
+    speech_token: str = ""
     language: str = "auto"
     style: str = ""
     input_device: str = ""
@@ -90,16 +97,19 @@ class AssistantConfig:
     def models_differ(self, other: AssistantConfig) -> bool:
         """Whether going from self to other needs the models or sound devices opened anew (not just the voice), by
         the settings: from a speaker to a saved voice or back changes the speech model (CustomVoice, Base). Whether
-        a saved voice can be spoken at all, and by which Base model, its file says: the Assistant looks there too."""
+        a saved voice can be spoken at all, and by which Base model, its file says: the Assistant looks there too. A
+        speech server named, another one, or another token, changes it too."""
         heavy = ("stt_model", "llm_model", "input_device", "output_device", "device", "history_file",
                  "chat_options", "voice_input", "live_transcript")
         return (any(getattr(self, name) != getattr(other, name) for name in heavy)
                 or self.speech_model_setting != other.speech_model_setting)
 
     @property
-    def speech_model_setting(self) -> tuple[str, str]:
-        """("base", base_model) where a saved voice is chosen, else ("custom", tts_model): which setting names the
-        speech model."""
+    def speech_model_setting(self) -> tuple[str, ...]:
+        """("server", speech_server, speech_token) where a speech server speaks, else ("base", base_model) where a
+        saved voice is chosen, else ("custom", tts_model): which settings name the speech model."""
+        if self.speech_server:
+            return "server", self.speech_server, self.speech_token
         return ("base", self.base_model) if self.saved_voice else ("custom", self.tts_model)
 
 
@@ -158,6 +168,8 @@ SETTINGS = (
     _field("models/base", "base_model"),
     _field("voice/speaker", "speaker"),
     _field("voice/saved", "saved_voice"),
+    _field("speech/server", "speech_server"),
+    _field("speech/token", "speech_token"),
     _field("voice/language", "language"),
     _field("voice/style", "style"),
     _field("audio/input", "input_device"),

@@ -1,6 +1,7 @@
 """Parley's speech engine as a service on the OpenAI audio API's speech route (`POST /v1/audio/speech`), which
 OpenAI's own clients, Pipecat's OpenAITTSService, LiveKit's openai.TTS and Open WebUI call with a base URL. Each
-chunk is sent as soon as it is decoded.
+chunk is sent as soon as it is decoded. Parley's own client (engine/speech_client.py) also asks `GET /v1/voices` what
+the model speaks, and may send two fields the OpenAI API lacks: `language` and `seed`.
 
 The engine speaks one utterance at a time (until it batches streams): requests wait their turn in a bounded queue,
 and one beyond it is refused at once with 429, never queued without end. `create_app(tts)` is the ASGI app;
@@ -72,7 +73,7 @@ class _TokenGate:
 
 
 def create_app(tts, options: ServiceOptions | None = None) -> FastAPI:
-    """The service around a loaded TTSEngine (engine/tts): /v1/audio/speech, /v1/models and /health."""
+    """The service around a loaded TTSEngine (engine/tts): /v1/audio/speech, /v1/models, /v1/voices and /health."""
     options = options or ServiceOptions()
     app = FastAPI(title="Parley speech", docs_url=None, redoc_url=None, openapi_url=None)
     speaking = threading.Lock()  # the engine's one utterance at a time
@@ -91,11 +92,20 @@ def create_app(tts, options: ServiceOptions | None = None) -> FastAPI:
         return {"object": "list", "data": [{"id": tts.folder.name, "object": "model", "created": 0,
                                             "owned_by": "parley"}]}
 
+    @app.get("/v1/voices")
+    async def voices():
+        # Parley's own route, for a Parley client (engine/speech_client.py) to check a voice before each turn as it
+        # would on this computer: what the engine's resolve_voice reads of the checkpoint's config.json
+        config = tts.config
+        return {"object": "parley.voices", "model": tts.folder.name, "model_type": config.model_type,
+                "model_size": config.model_size, "speakers": tts.speakers, "languages": tts.languages,
+                "sample_rate_hz": tts.sample_rate_hz}
+
     @app.post("/v1/audio/speech")
     async def speech(request: Request):
         try:
-            text, voice, style, audio_format = _read_request(await _json(request), tts)
-            stream = tts.stream(text, voice, instruct=style)
+            text, voice, language, style, seed, audio_format = _read_request(await _json(request), tts)
+            stream = tts.stream(text, voice, language, instruct=style, seed=seed)
             chunks = _speak(stream, tts.sample_rate_hz, speaking, queue, text, voice)
             first = await _first_chunk(chunks, request)  # a fault before it is still an error response
             if first is None:
@@ -228,8 +238,10 @@ async def _json(request: Request) -> dict:
     return body
 
 
-def _read_request(body: dict, tts) -> tuple[str, str | None, str | None, str]:
-    """(input, voice, instructions, response_format) of a speech request, each checked; _Refused says what is wrong."""
+def _read_request(body: dict, tts) -> tuple[str, str | None, str, str | None, int | None, str]:
+    """(input, voice, language, instructions, seed, response_format) of a speech request, each checked; _Refused says
+    what is wrong. language ("auto" when absent) and seed (drawn per request when absent: the same seed and text give
+    the same audio) are Parley's own fields, which OpenAI's clients send as extra_body."""
     text = body.get("input")
     if not isinstance(text, str) or not text.strip():
         raise _Refused(400, "input must be the text to speak", "invalid_input", "input")
@@ -242,6 +254,13 @@ def _read_request(body: dict, tts) -> tuple[str, str | None, str | None, str]:
     if voice and tts.speakers and voice.lower() not in {s.lower() for s in tts.speakers}:
         raise _Refused(400, f"no voice {voice!r}; this model has {', '.join(tts.speakers)}", "invalid_voice",
                        "voice")
+    language = body.get("language") or "auto"
+    if not isinstance(language, str) or language.lower() not in tts.languages:
+        raise _Refused(400, f"unknown language {language!r}; this model has: {', '.join(tts.languages)}",
+                       "invalid_language", "language")
+    seed = body.get("seed")
+    if seed is not None and (type(seed) is not int or not 0 <= seed < 2**63):
+        raise _Refused(400, f"seed must be a whole number from 0 to 2**63 - 1, got {seed!r}", "invalid_seed", "seed")
     audio_format = body.get("response_format") or "wav"
     if audio_format not in FORMATS:
         raise _Refused(400, f"response_format {audio_format!r} is not served; choose pcm (16-bit, "
@@ -255,10 +274,10 @@ def _read_request(body: dict, tts) -> tuple[str, str | None, str | None, str]:
         if not isinstance(style, str):
             raise _Refused(400, "instructions must be text: how to speak", "invalid_instructions", "instructions")
         try:  # the voice is known by now, so what the model refuses here is the style
-            tts.resolve_voice(voice or tts.default_speaker, "auto", style)
+            tts.resolve_voice(voice or tts.default_speaker, language, style)
         except InputTextError as e:
             raise _Refused(400, str(e), "invalid_instructions", "instructions") from None
-    return text, voice or None, style, audio_format
+    return text, voice or None, language, style, seed, audio_format
 
 
 def _wav_header(rate_hz: int) -> bytes:

@@ -239,6 +239,57 @@ def test_a_model_without_styles_ignores_a_stored_one(base_config, prompts, tmp_p
         assistant.close()
 
 
+def test_a_speech_server_speaks_in_place_of_the_speech_model_and_switching_back_loads_it(base_config, short_tts,
+                                                                                       tmp_path, sound_server):
+    """With a speech server in the settings, loading asks it what it speaks (Ready names it, and its voices), typed
+    speech is spoken through it with its figures, a saved voice gives way with the reason; a server that went away
+    fails the turn readably and the next one works once it is back; choosing this computer again loads the model."""
+    from engine.errors import SpeechServerError
+    from engine.events import SavedVoiceUnavailable
+    from tests.test_speech_server import Server
+
+    config = replace(base_config, voice_input=False, saved_voice="Nobody's voice")
+    with Server(short_tts) as server:
+        assistant, events = loaded(replace(config, speech_server=server.url + "/v1"))
+        try:
+            info = events.of(Ready)[-1].info
+            assert info.speech_server == server.url + "/v1" and info.tts_model.name == short_tts.folder.name
+            assert info.speakers == tuple(short_tts.speakers) and info.speaker == "ryan" and info.saved_voice is None
+            (gave_way,) = events.of(SavedVoiceUnavailable)
+            assert "spoken on this computer only" in gave_way.message and gave_way.used == "ryan"
+            result = turn(assistant, events, assistant.speak, "Hello from the server.")
+            assert result.reply_text == "Hello from the server." and result.metrics.tts_ttfc_ms > 0
+            assert result.metrics.tts_rtf > 0 and result.audio.size > 0
+            server.cut()
+            assistant.speak("Anyone there?")
+            failed = events.wait_for(TurnFailed, "the turn to fail")
+            assert isinstance(failed.error, SpeechServerError) and "cannot reach the speech server" in failed.message
+            with Server(short_tts, port=server.port):
+                assert turn(assistant, events, assistant.speak, "Back again.").metrics.tts_ttfc_ms > 0
+            loads = len(events.of(Loading))
+            assistant.apply(replace(config, speech_server=""))
+            info = events.of(Ready)[-1].info
+            assert len(events.of(Loading)) > loads and info.speech_server == "" and info.tts_model == short_tts.folder
+        finally:
+            assistant.close()
+
+
+def test_a_speech_server_that_cannot_be_reached_fails_loading_at_the_speech_model(base_config):
+    """LoadFailed at the speech model's step, its error naming the address and what to check."""
+    import socket
+
+    from engine.errors import SpeechServerError
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{free.getsockname()[1]}"
+    events = Events()
+    with pytest.raises(SpeechServerError, match=f"cannot reach the speech server at {url} "):
+        Assistant(replace(base_config, voice_input=False, speech_server=url), subscribe=events).load()
+    (failed,) = events.of(LoadFailed)
+    assert failed.step == "speech model"
+
+
 # -- turns and settings ------------------------------------------------------------------------------------
 
 def test_a_typed_turn_emits_reply_clause_turn_and_figures(shared):

@@ -41,6 +41,24 @@ def test_chat_prints_and_speaks_each_reply_with_its_figures(sound_server, short_
         assert conversation.turn_count == 2
 
 
+def test_chat_speaks_through_a_speech_server_with_its_token(sound_server, short_tts, tmp_path, monkeypatch):
+    """`parley chat --text --speech-server URL`, the token in PARLEY_API_TOKEN: it names the server's model on its
+    address, and each reply is printed and spoken through it with its figures; without the token it says so."""
+    from engine.speech_server import ServiceOptions
+    from tests.test_speech_server import Server
+
+    with Server(short_tts, ServiceOptions(token="s3cret")) as server:
+        monkeypatch.setenv("PARLEY_API_TOKEN", "s3cret")
+        code, out, err = run_chat(tmp_path, "Name three colors.\n", "--text", "--speech-server", server.url,
+                                  "--speaker", "ryan")
+        assert code == 0, err
+        assert f"{short_tts.folder.name} on {server.url}, voice ryan" in err and out.strip()
+        assert "TTFC" in err and "RTF 0." in err
+        monkeypatch.delenv("PARLEY_API_TOKEN")
+        code, _, err = run_chat(tmp_path, "", "--text", "--speech-server", server.url)
+    assert code != 0 and f"the speech server at {server.url} needs a token" in err and "Traceback" not in err
+
+
 def test_chat_with_a_history_another_program_holds_says_so_answers_and_says_what_was_not_saved(
         sound_server, short_checkpoint, tmp_path):
     """The history file held by another program for the whole chat: `parley chat` says so at the start,

@@ -95,3 +95,17 @@ def test_a_saved_voice_and_the_base_model_are_kept_and_change_the_speech_model(t
     assert not speaker.models_differ(replace(speaker, speaker="ryan", base_model="/other"))
     assert config.models_differ(replace(config, base_model="/other"))
     assert not config.models_differ(replace(config, tts_model="/other"))
+
+
+def test_a_speech_server_and_its_token_are_kept_and_change_the_speech_model(tmp_path):
+    """speech/server and speech/token read back as written; naming a server, another one or another token changes
+    the speech model, while the local model settings it leaves unused do not."""
+    path = tmp_path / "Parley.conf"
+    written_by_qt(path, {"speech/server": "http://192.168.1.20:8000", "speech/token": "s3cret, \"quoted\"",
+                         "models/tts": "/m/tts"})
+    served = load_config(path)
+    assert (served.speech_server, served.speech_token) == ("http://192.168.1.20:8000", "s3cret, \"quoted\"")
+    assert served.speech_model_setting == ("server", "http://192.168.1.20:8000", "s3cret, \"quoted\"")
+    assert served.models_differ(replace(served, speech_server="")) and served.models_differ(
+        replace(served, speech_token="other")) and served.models_differ(replace(served, speech_server="http://b:1"))
+    assert not served.models_differ(replace(served, saved_voice="Zoe", tts_model="/other", base_model="/x"))

@@ -1,6 +1,6 @@
 """The speech service over real HTTP (uvicorn on the loopback), called by OpenAI's own Python client and by plain
-HTTP, on the tiny random-weight checkpoint: streamed PCM and WAV, the models and health routes, the API's error
-shape for bad requests, the token, and the queue's limit."""
+HTTP, on the tiny random-weight checkpoint: streamed PCM and WAV, the models, voices and health routes, Parley's
+seed and language fields, the API's error shape for bad requests, the token, and the queue's limit."""
 
 import io
 import json
@@ -15,16 +15,19 @@ import openai
 import pytest
 import uvicorn
 
+from engine.audio.wav import pcm16
 from engine.speech_server import MAX_INPUT_CHARS, ServiceOptions, create_app
 
 
 class Server:
-    """create_app(tts, options) served by uvicorn on a free loopback port, in a thread."""
+    """create_app(tts, options) served by uvicorn on a loopback port (a free one where port is 0), in a thread."""
 
-    def __init__(self, tts, options=None):
+    def __init__(self, tts, options=None, port: int = 0):
         self.socket = socket.socket()
-        self.socket.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port just left, to start again on
+        self.socket.bind(("127.0.0.1", port))
+        self.port = self.socket.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(create_app(tts, options), log_level="warning", lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
@@ -41,6 +44,13 @@ class Server:
         self.server.should_exit = True
         self.thread.join(30)
         self.socket.close()
+
+    def cut(self) -> None:
+        """Drop every connection at once, as a server whose process dies does, and stop without waiting for them."""
+        for connection in list(self.server.server_state.connections):
+            connection.loop.call_soon_threadsafe(connection.transport.abort)
+        self.server.force_exit = self.server.should_exit = True
+        self.thread.join(30)
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +87,21 @@ def test_models_and_health_say_what_is_served(server, short_tts):
                               "at_once": 1, "max_waiting": 8}
 
 
+def test_parleys_own_voices_route_and_fields_name_the_voices_and_make_speech_reproducible(server, short_tts):
+    """GET /v1/voices says what the model speaks (for Parley's client); the request's seed and language fields,
+    sent as OpenAI's client sends extra fields, give the engine's own audio for that seed, the same each time."""
+    request = urllib.request.Request(f"{server.url}/v1/voices", headers={"Authorization": "Bearer unused"})
+    with urllib.request.urlopen(request) as response:
+        assert json.load(response) == {
+            "object": "parley.voices", "model": short_tts.folder.name, "model_type": "custom_voice",
+            "model_size": short_tts.config.model_size, "speakers": short_tts.speakers,
+            "languages": short_tts.languages, "sample_rate_hz": short_tts.sample_rate_hz}
+    said = [client(server).audio.speech.create(model="x", voice="ryan", input="Same again.", response_format="pcm",
+                                               extra_body={"seed": 11, "language": "English"}).content
+            for _ in range(2)]
+    assert said[0] == said[1] == pcm16(short_tts.synthesize("Same again.", "ryan", "english", seed=11)).tobytes()
+
+
 @pytest.mark.parametrize("fields, param, said", [
     ({"input": ""}, "input", "input must be the text to speak"),
     ({"input": "a" * (MAX_INPUT_CHARS + 1)}, "input", "at most 4,096 a request"),
@@ -86,13 +111,16 @@ def test_models_and_health_say_what_is_served(server, short_tts):
     ({"input": "\u0000\u0001"}, "input", "nothing"),
     ({"instructions": "Whisper it."}, "instructions", "takes no speaking style"),
     ({"instructions": ["loud"]}, "instructions", "instructions must be text"),
+    ({"language": "klingon"}, "language", "unknown language 'klingon'; this model has: auto, "),
+    ({"seed": "7"}, "seed", "seed must be a whole number"),
 ])
 def test_bad_requests_get_the_apis_error_shape_and_the_server_goes_on(server, short_tts, fields, param, said):
     """Each bad request is a 400 with {"error": {message, type, param, code}}, which the client raises as
     BadRequestError; the next good request is served."""
     request = {"model": short_tts.folder.name, "voice": "ryan", "input": "Fine.", **fields}
+    parleys = {name: request.pop(name) for name in ("language", "seed") if name in request}  # no OpenAI fields
     with pytest.raises(openai.BadRequestError) as refused:
-        client(server).audio.speech.create(**request)
+        client(server).audio.speech.create(**request, extra_body=parleys)
     error = refused.value.body
     assert refused.value.status_code == 400 and error["param"] == param and said in error["message"]
     assert error["type"] == "invalid_request_error" and error["code"]

@@ -86,6 +86,8 @@ class Voice:
 def resolve_voice(cfg: TTSConfig, speaker: str | None, language: str | None, instruct: str | None,
                   clone: ClonedVoice | None = None) -> Voice:
     """Check speaker, language, style and cloned voice against a checkpoint's config; names are case-insensitive.
+    `cfg` may also be a speech server's ServedModel (engine/speech_client.py): its model_type, model_size, speakers
+    and languages are what this reads, but for a cloned voice's width.
 
     Raises:
         InputTextError: an unknown speaker or language (listing the valid ones), a style the model does not
@@ -113,7 +115,7 @@ def resolve_voice(cfg: TTSConfig, speaker: str | None, language: str | None, ins
     if cfg.model_type == "custom_voice":
         if not speaker:
             raise InputTextError(f"choose a speaker; this model has: {', '.join(cfg.speakers)}")
-        if speaker.lower() not in cfg.talker.speaker_ids:
+        if speaker.lower() not in cfg.speakers:
             raise InputTextError(f"unknown speaker '{speaker}'; this model has: {', '.join(cfg.speakers)}")
         if instruct and cfg.model_size == "0b6":
             raise InputTextError("this 0.6B model takes no speaking style; the 1.7B CustomVoice model does")

@@ -553,3 +553,13 @@ def test_removing_the_voice_in_use_gives_way_to_the_speaker_at_once(window, qtbo
     assert settings.saved_voice == "" and applied.args[0].saved_voice == "" and voices.list() == []
     assert not dialog.findChild(QMessageBox, "removeVoiceConfirm").isVisible()
     dialog.reject()
+
+
+def test_speech_from_a_server_is_named_in_the_status_bar(window):
+    """Ready with a speech server: the status bar names its model on the server's address, not this computer's
+    device."""
+    from pathlib import Path
+
+    ready(window, speech_server="http://192.168.1.20:8000", tts_model=Path("Qwen3-TTS-12Hz-1.7B-CustomVoice"))
+    said = window.statusBar().currentMessage()
+    assert said.startswith("Qwen3-TTS-12Hz-1.7B-CustomVoice on http://192.168.1.20:8000, voice ") and "CPU" not in said

@@ -281,3 +281,64 @@ def test_rename_takes_a_new_name_and_asks_again_for_one_that_is_taken(qtbot, set
         again.accept()
     assert told.args == ["Ann", "Annie"] and [v.name for v in voices.list()] == ["Annie", "Bob"]
     assert dialog.speaker.currentText() == "Annie"
+
+
+def test_a_speech_server_is_chosen_with_its_address_and_a_masked_token_kept_private(qtbot, settings):
+    """Models and engine: This computer by default (the server's fields hidden); A Parley server shows the address and
+    the token, masked, and disables the speech model's folder; Save keeps both, in a file only its user can read.
+    Choosing This computer again saves no server and no token."""
+    import os
+    import stat
+
+    from PySide6.QtWidgets import QLineEdit
+
+    dialog = SettingsDialog(settings, INFO)
+    qtbot.addWidget(dialog)
+    assert dialog.engine.currentData() == "" and dialog.server_url.isHidden() and dialog.server_token.isHidden()
+    choose(dialog.engine, "server")
+    assert not dialog.server_url.isHidden() and not dialog.model_paths["tts_model"].isEnabled()
+    assert dialog.server_token.echoMode() == QLineEdit.EchoMode.Password
+    dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Save).click()
+    assert dialog.result() != SettingsDialog.DialogCode.Accepted
+    assert "Give the server's address" in dialog.connection_result.text() and settings.speech_server == ""
+    dialog.server_url.setText(" http://192.168.1.20:8000 ")
+    dialog.server_token.setText("s3cret")
+    with qtbot.waitSignal(dialog.saved):
+        dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Save).click()
+    assert (settings.speech_server, settings.speech_token) == ("http://192.168.1.20:8000", "s3cret")
+    path = settings.store.fileName()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    settings.theme = "dark"
+    settings.store.sync()  # QSettings writing the file again keeps it private
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+    again = SettingsDialog(settings, INFO)
+    qtbot.addWidget(again)
+    assert again.engine.currentData() == "server" and again.server_url.text() == "http://192.168.1.20:8000"
+    choose(again.engine, "")
+    with qtbot.waitSignal(again.saved):
+        again.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Save).click()
+    assert (settings.speech_server, settings.speech_token) == ("", "")
+
+
+def test_test_connection_names_the_servers_model_and_voices_or_says_what_is_wrong(qtbot, settings, short_tts):
+    """Test connection against a real `parley serve` app: its model and voices; with the wrong token, why; the
+    dialog answers meanwhile (the test runs on a thread of its own)."""
+    from engine.speech_server import ServiceOptions
+    from tests.test_speech_server import Server
+
+    dialog = SettingsDialog(settings, INFO)
+    qtbot.addWidget(dialog)
+    choose(dialog.engine, "server")
+    with Server(short_tts, ServiceOptions(token="s3cret")) as server:
+        dialog.server_url.setText(server.url)
+        dialog.server_token.setText("wrong")
+        with qtbot.waitSignal(dialog._connection_test.finished, timeout=30_000):
+            dialog.test_connection.click()
+            assert not dialog.test_connection.isEnabled() and dialog.connection_result.text().startswith("Asking")
+        assert "refused the token" in dialog.connection_result.text() and dialog.test_connection.isEnabled()
+        dialog.server_token.setText("s3cret")
+        with qtbot.waitSignal(dialog._connection_test.finished, timeout=30_000):
+            dialog.test_connection.click()
+        said = dialog.connection_result.text()
+    assert said.startswith(f"Connected: {short_tts.folder.name}, speaking ") and "Ryan" in said
