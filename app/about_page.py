@@ -20,6 +20,7 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (QFormLayout, QHBoxLayout, QLabel, QMessageBox, QPushButton, QScrollArea, QVBoxLayout,
                                QWidget)
 
+from app.confirm import ask_to_confirm
 from engine.voice_library import VoiceLibrary
 
 # the model or library, its licence; shown one a line, in this order
@@ -196,19 +197,9 @@ class AboutPage(QWidget):
 
     def ask_erase_voices(self) -> QMessageBox:
         """Ask to confirm erasing every saved voice; returns the open message box (Cancel is its default)."""
-        box = QMessageBox(QMessageBox.Icon.Warning, "Erase all saved voices?",
-                          f"Erase every saved voice ({VoiceLibrary().summary()})? Their files are deleted from "
-                          f"{VoiceLibrary().folder}; Parley then speaks in its own voice. This cannot be undone.",
-                          parent=self)
-        box.setObjectName("eraseVoicesConfirm")
-        erase = box.addButton("Erase all", QMessageBox.ButtonRole.DestructiveRole)
-        erase.setObjectName("confirmEraseVoices")
-        erase.setProperty("danger", True)
-        box.setDefaultButton(box.addButton(QMessageBox.StandardButton.Cancel))
-        box.buttonClicked.connect(lambda button: self.erase_voices.emit() if button is erase else None)
-        box.finished.connect(box.deleteLater)
-        box.open()
-        return box
+        return ask_to_confirm(self, "Erase all saved voices?", f"Erase every saved voice ({VoiceLibrary().summary()})? "
+                              f"Their files are deleted from {VoiceLibrary().folder}; Parley then speaks in its own "
+                              "voice. This cannot be undone.", "Erase all", "eraseVoices", self.erase_voices.emit)
 
     def open_folder(self) -> bool:
         """Open the history's folder in the file manager (made first if nothing was saved yet)."""
@@ -218,19 +209,10 @@ class AboutPage(QWidget):
 
     def ask_delete(self) -> QMessageBox:
         """Ask to confirm deleting every conversation; returns the open message box (Cancel is its default)."""
-        box = QMessageBox(QMessageBox.Icon.Warning, "Delete all history?",
-                          f"Delete every saved conversation of profile “{self.history_file.stem}”? They are "
-                          f"erased from {self.history_file} and the file is rewritten, so no word of them is "
-                          "left in it. This cannot be undone.", parent=self)
-        box.setObjectName("deleteAllConfirm")
-        delete = box.addButton("Delete all", QMessageBox.ButtonRole.DestructiveRole)
-        delete.setObjectName("confirmDeleteAll")
-        delete.setProperty("danger", True)
-        box.setDefaultButton(box.addButton(QMessageBox.StandardButton.Cancel))
-        box.buttonClicked.connect(lambda button: self.delete_history.emit() if button is delete else None)
-        box.finished.connect(box.deleteLater)
-        box.open()
-        return box
+        return ask_to_confirm(self, "Delete all history?", f"Delete every saved conversation of profile "
+                              f"“{self.history_file.stem}”? They are erased from {self.history_file} and the file is "
+                              "rewritten, so no word of them is left in it. This cannot be undone.", "Delete all",
+                              "deleteAll", self.delete_history.emit)
 
 
 def _size(n: int) -> str:

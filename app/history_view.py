@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.confirm import ask_to_confirm
 from app.errors import ErrorDialog, problem_for
 from engine.errors import HistoryError
 from engine.history import ConversationSummary, HistoryStore
@@ -218,17 +219,8 @@ class HistoryView(QWidget):
         if cid is None:
             return None
         title = self.list.currentItem().text().split("\n")[0]
-        box = QMessageBox(QMessageBox.Icon.Warning, "Delete conversation?",
-                          f"Delete “{title}” and all its turns? This cannot be undone.", parent=self)
-        box.setObjectName("deleteConfirm")
-        delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
-        delete.setObjectName("confirmDelete")
-        delete.setProperty("danger", True)
-        box.setDefaultButton(box.addButton(QMessageBox.StandardButton.Cancel))
-        box.buttonClicked.connect(lambda button: self.delete(cid) if button is delete else None)
-        box.finished.connect(box.deleteLater)
-        box.open()
-        return box
+        return ask_to_confirm(self, "Delete conversation?", f"Delete “{title}” and all its turns? This cannot be "
+                              "undone.", "Delete", "delete", lambda: self.delete(cid))
 
     def delete(self, conversation_id: int) -> None:
         """Delete a conversation from the store (no confirmation: ask_delete asks) and refresh the list."""

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.confirm import ask_to_confirm
 from app.settings import THEMES, Settings
 from engine.assistant import DEFAULT_VOICE_DESCRIPTION, AssistantInfo
 from engine.errors import AudioDeviceError, ParleyError
@@ -296,18 +297,9 @@ class SettingsDialog(QDialog):
 
     def ask_remove(self, name: str) -> QMessageBox:
         """Ask to confirm removing a saved voice; returns the open message box (Cancel is its default)."""
-        box = QMessageBox(QMessageBox.Icon.Warning, "Remove the voice?",
-                          f"Remove your voice “{name}”? Its file is deleted from this computer; to have it again, "
-                          "record it again.", parent=self)
-        box.setObjectName("removeVoiceConfirm")
-        remove = box.addButton("Remove", QMessageBox.ButtonRole.DestructiveRole)
-        remove.setObjectName("confirmRemoveVoice")
-        remove.setProperty("danger", True)
-        box.setDefaultButton(box.addButton(QMessageBox.StandardButton.Cancel))
-        box.buttonClicked.connect(lambda button: self._remove(name) if button is remove else None)
-        box.finished.connect(box.deleteLater)
-        box.open()
-        return box
+        return ask_to_confirm(self, "Remove the voice?", f"Remove your voice “{name}”? Its file is deleted from this "
+                              "computer; to have it again, record it again.", "Remove", "removeVoice",
+                              lambda: self._remove(name))
 
     def _remove(self, name: str) -> None:
         try:
