@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from engine.errors import InputTextError, SpeechServerError
+from engine.speech_server import MAX_INPUT_CHARS
 from engine.text import clean_text
 from engine.tts.prompt import Voice, resolve_voice
 from engine.tts.stream import Chunk, TTSStream
@@ -37,7 +38,6 @@ CONNECT_TIMEOUT_S = 5.0  # a server on the network answers a connection in milli
 # seconds each ahead of it, by `parley serve`'s default), and a GPU's first chunk of a long clause takes < 1 s
 READ_TIMEOUT_S = 60.0
 BUSY_RETRY_S = (0.5, 1.0, 2.0)  # the waits before asking a busy server (429) again; then the turn fails
-MAX_INPUT_CHARS = 4096  # the server's limit on one request's text (engine/speech_server.py)
 READ_BYTES = 1 << 16
 
 
