@@ -145,8 +145,11 @@ def quantize(model: Qwen3TTS, precision: Precision) -> None:
     """Swap the linear layers that run every frame (talker and code-predictor layers, their heads) in place.
 
     The model is loaded in float32 for "int8", in bfloat16 for "bf16"; the text projection runs once per
-    prompt and keeps its dtype. Under "float32", or "bf16" without native bfloat16, nothing changes.
+    prompt and keeps its dtype. Under "float32", or "bf16" without native bfloat16, nothing changes, nor on a GPU,
+    whose bfloat16 runs as loaded (the swapped layers are CPU kernels).
     """
+    if model.talker.codec_head.weight.device.type != "cpu":
+        return
     if precision.weights == "int8":
         swap = Int8Linear
     elif precision.weights == "bfloat16" and native_bf16():

@@ -6,8 +6,10 @@ import torch
 
 from engine.tts import load_tts
 from engine.tts.codec import CausalTransposedConv, load_codec
-from engine.tts.cpu import (BF16Linear, Int8Linear, TransposedConvMatmul, choose_precision, int8_problem, native_bf16,
-                            speed_up_codec)
+from engine.tts.config import TTSConfig
+from engine.tts.cpu import (BF16Linear, Int8Linear, Precision, TransposedConvMatmul, choose_precision, int8_problem,
+                            native_bf16, quantize, speed_up_codec)
+from engine.tts.model import Qwen3TTS
 from engine.tts.testing.quality import measure
 
 needs_int8 = pytest.mark.skipif(int8_problem() is not None, reason=f"no int8 path: {int8_problem()}")
@@ -36,6 +38,17 @@ def test_float32_is_one_setting_away_and_untouched(short_checkpoint):
     assert str(tts.precision) == "float32 weights, float32 activations, float32 codec"
     assert not any(isinstance(m, (Int8Linear, BF16Linear)) for m in tts.model.modules())
     assert tts.codec.pre_conv.conv.weight.dtype == torch.float32
+
+
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_a_model_off_the_cpu_keeps_its_layers(tiny_checkpoint, precision):
+    """The swapped layers are CPU kernels: a model whose weights live elsewhere (a GPU's, here the meta device)
+    keeps its nn.Linear layers, whatever the precision says (a CUDA engine in bfloat16 once got oneDNN's)."""
+    with torch.device("meta"):
+        model = Qwen3TTS(TTSConfig.from_file(tiny_checkpoint / "config.json").talker)
+    quantize(model, {"int8": Precision("int8", "int8", "float32", "bfloat16"),
+                     "bf16": Precision("bf16", "bfloat16", "bfloat16", "bfloat16")}[precision])
+    assert not any(isinstance(m, (Int8Linear, BF16Linear)) for m in model.modules())
 
 
 @pytest.mark.parametrize("precision", ["int4", "fp8", "bfloat16", ""])
