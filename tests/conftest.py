@@ -94,6 +94,23 @@ def hum(env: dict, sink: str) -> str:
     return module
 
 
+@pytest.fixture
+def voices_built(monkeypatch):
+    """The Voice (speaker, language, style, cloned voice) of every TTS prompt built from now on: the real
+    PromptBuilder.build, recorded."""
+    from engine.tts.prompt import PromptBuilder
+
+    seen = []
+    build = PromptBuilder.build
+
+    def recorded(self, text_ids, voice, whole_text, device):
+        seen.append(voice)
+        return build(self, text_ids, voice, whole_text, device)
+
+    monkeypatch.setattr(PromptBuilder, "build", recorded)
+    return seen
+
+
 @pytest.fixture(autouse=True)
 def torch_threads():
     """An Assistant on the CPU gives torch the cores the LLM leaves (torch.set_num_threads, for the whole process):

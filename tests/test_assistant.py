@@ -188,24 +188,8 @@ def checkpoint_17b(tmp_path_factory):
     return copy_checkpoint(folder, tmp_path_factory.mktemp("ckpt") / "tiny17-short", max_new_tokens=7)
 
 
-@pytest.fixture
-def prompts(monkeypatch):
-    """The instruct of every TTS prompt built from now on (the real PromptBuilder.build, recorded)."""
-    from engine.tts.prompt import PromptBuilder
-
-    seen = []
-    build = PromptBuilder.build
-
-    def recorded(self, text_ids, voice, whole_text, device):
-        seen.append(voice.instruct)
-        return build(self, text_ids, voice, whole_text, device)
-
-    monkeypatch.setattr(PromptBuilder, "build", recorded)
-    return seen
-
-
 def test_a_style_reaches_the_prompt_of_replies_and_typed_speech_and_changes_live(base_config, checkpoint_17b,
-                                                                                 prompts, tmp_path, sound_server):
+                                                                                 voices_built, tmp_path, sound_server):
     """tiny-1.7b: Ready says it takes a style; speak() and send() build their prompts with it, and a new style from
     apply() is used by the next turn without reloading a model."""
     # no Whisper (a missing folder): typed turns only, which is all this needs, and a quicker load
@@ -215,18 +199,18 @@ def test_a_style_reaches_the_prompt_of_replies_and_typed_speech_and_changes_live
         info = events.of(Ready)[-1].info
         assert (info.style_kind, info.style_unsupported) == ("style", "")
         assert turn(assistant, events, assistant.send, "Good morning.").reply_text.strip()
-        assert prompts and set(prompts) == {"cheerful"}
+        assert voices_built and {v.instruct for v in voices_built} == {"cheerful"}
         loading = len(events.of(Loading))
-        prompts.clear()
+        voices_built.clear()
         assistant.apply(replace(config, style="slowly"))
         assert len(events.of(Loading)) == loading  # applied live: no loading step ran
         turn(assistant, events, assistant.speak, "Hello there.")
-        assert prompts and set(prompts) == {"slowly"}
+        assert voices_built and {v.instruct for v in voices_built} == {"slowly"}
     finally:
         assistant.close()
 
 
-def test_a_model_without_styles_ignores_a_stored_one(base_config, prompts, tmp_path, sound_server):
+def test_a_model_without_styles_ignores_a_stored_one(base_config, voices_built, tmp_path, sound_server):
     """The 0.6B-shaped checkpoint: loading with a stored style works, Ready says why there is none, and the prompts
     carry no instruct."""
     assistant, events = loaded(replace(base_config, style="cheerful", stt_model=str(tmp_path / "none")))
@@ -234,7 +218,7 @@ def test_a_model_without_styles_ignores_a_stored_one(base_config, prompts, tmp_p
         info = events.of(Ready)[-1].info
         assert info.style_kind is None and "0.6B" in info.style_unsupported
         turn(assistant, events, assistant.speak, "Hello there.")
-        assert prompts and set(prompts) == {None}
+        assert voices_built and {v.instruct for v in voices_built} == {None}
     finally:
         assistant.close()
 

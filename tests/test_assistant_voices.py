@@ -56,24 +56,8 @@ def config(short_checkpoint, short_base_checkpoint, smollm2_path, tmp_path_facto
     )
 
 
-@pytest.fixture
-def voices_spoken(monkeypatch):
-    """The cloned voice (or None) of every TTS prompt built from now on (the real PromptBuilder.build, recorded)."""
-    from engine.tts.prompt import PromptBuilder
-
-    seen = []
-    build = PromptBuilder.build
-
-    def recorded(self, text_ids, voice, whole_text, device):
-        seen.append(voice.clone)
-        return build(self, text_ids, voice, whole_text, device)
-
-    monkeypatch.setattr(PromptBuilder, "build", recorded)
-    return seen
-
-
 def test_a_saved_voice_speaks_replies_and_typed_text_with_the_base_model(saved, config, base_tts, short_base_checkpoint,
-                                                                         short_checkpoint, voices_spoken, sound_server):
+                                                                         short_checkpoint, voices_built, sound_server):
     """The settings' saved voice: the Base model loads in place of the CustomVoice one, Ready names the voice (and
     still offers the CustomVoice model's speakers), typed text is the audio TTSEngine.stream gives in that voice
     with the same seed, and the LLM's replies are spoken in it too."""
@@ -93,9 +77,9 @@ def test_a_saved_voice_speaks_replies_and_typed_text_with_the_base_model(saved, 
         expected = np.concatenate([c.pcm for c in base_tts.stream("Hello there.", voice=voice, seed=1)])
         np.testing.assert_allclose(result.audio, expected, atol=1e-5, rtol=0)
         assert result.heard_text == "Hello there."
-        voices_spoken.clear()
+        voices_built.clear()
         assert turn(assistant, events, assistant.send, "Name three colors.").reply_text.strip()
-        assert voices_spoken and all(v is not None and v.mode == "icl" for v in voices_spoken)
+        assert voices_built and all(v.clone is not None and v.clone.mode == "icl" for v in voices_built)
     finally:
         assistant.close()
 

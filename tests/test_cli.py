@@ -359,31 +359,47 @@ def test_models_says_what_is_here_and_downloads_what_is_recommended(tmp_path, mo
     assert "Nothing to download" in capsys.readouterr().out
 
 
+class Serving:
+    """`parley serve ARGS` on a free loopback port (`port`; ARGS end where it goes), as a user starts it, once it has
+    said where it listens (`lines`: its stderr so far); stop() is Ctrl-C, and the process is killed if a test fails."""
+
+    def __init__(self, args: list[str], checkpoint, tmp_path):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+        self.server = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", *args, str(self.port), "--model",
+                                        str(checkpoint)], env=env, stderr=subprocess.PIPE, text=True)
+
+    def __enter__(self):
+        self.lines = []
+        while not any("Ctrl-C stops" in line for line in self.lines):
+            self.lines.append(self.server.stderr.readline())
+            assert self.lines[-1] or self.server.poll() is None, "".join(self.lines)
+        return self
+
+    def stop(self) -> tuple[int, str]:
+        """Ctrl-C: the exit code, and what it wrote to stderr since it said where it listens."""
+        self.server.send_signal(signal.SIGINT)
+        _, rest = self.server.communicate(timeout=60)
+        return self.server.returncode, rest
+
+    def __exit__(self, *exc):
+        self.server.kill()
+
+
 def test_serve_speaks_for_openais_client_and_stops_on_ctrl_c(short_checkpoint, tmp_path):
     """`parley serve` loads the model, says where it listens, answers the OpenAI client with audio (and logs the
     request's TTFC and RTF), and Ctrl-C stops it."""
     import openai
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
-    server = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", "--port", str(port), "--model",
-                               str(short_checkpoint)], env=env, stderr=subprocess.PIPE, text=True)
-    try:
-        lines = []
-        while not any("Ctrl-C stops" in line for line in lines):
-            lines.append(server.stderr.readline())
-            assert lines[-1] or server.poll() is None, "".join(lines)
-        assert f"at http://127.0.0.1:{port}/v1" in lines[-1]
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=2)
+    with Serving(["--port"], short_checkpoint, tmp_path) as served:
+        assert f"at http://127.0.0.1:{served.port}/v1" in served.lines[-1]
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{served.port}/v1", api_key="none", max_retries=2)
         audio = client.audio.speech.create(model="parley", voice="ryan", input="Served.", response_format="pcm")
         assert len(audio.content) > 0 and len(audio.content) % 2 == 0
-        server.send_signal(signal.SIGINT)
-        _, rest = server.communicate(timeout=60)
-    finally:
-        server.kill()
-    assert server.returncode == 0 and "speech: 7 characters, voice ryan: TTFC" in rest
+        code, rest = served.stop()
+    assert code == 0 and "speech: 7 characters, voice ryan: TTFC" in rest
 
 
 def test_serve_beyond_this_computer_needs_a_token(tmp_path, capsys):
@@ -403,14 +419,7 @@ def test_serve_wyoming_speaks_for_home_assistants_client_and_stops_on_ctrl_c(sho
     from wyoming.info import Describe, Info
     from wyoming.tts import Synthesize, SynthesizeVoice
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
-    server = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", "--wyoming", str(port), "--model",
-                               str(short_checkpoint)], env=env, stderr=subprocess.PIPE, text=True)
-
-    async def ask():
+    async def ask(port):
         async with AsyncTcpClient("127.0.0.1", port, read_timeout=WAIT_S) as client:
             await client.write_event(Describe().event())
             voices = [voice.name for voice in Info.from_event(await client.read_event()).tts[0].voices]
@@ -420,20 +429,13 @@ def test_serve_wyoming_speaks_for_home_assistants_client_and_stops_on_ctrl_c(sho
                 events.append(await client.read_event())
             return voices, events
 
-    try:
-        lines = []
-        while not any("Ctrl-C stops" in line for line in lines):
-            lines.append(server.stderr.readline())
-            assert lines[-1] or server.poll() is None, "".join(lines)
-        assert f"at tcp://127.0.0.1:{port}" in lines[-1] and "warning" not in "".join(lines)
-        voices, events = asyncio.run(ask())
+    with Serving(["--wyoming"], short_checkpoint, tmp_path) as served:
+        assert f"at tcp://127.0.0.1:{served.port}" in served.lines[-1] and "warning" not in "".join(served.lines)
+        voices, events = asyncio.run(ask(served.port))
         assert "ryan" in voices and events[0].type == "audio-start"
         assert sum(len(event.payload or b"") for event in events) > 0
-        server.send_signal(signal.SIGINT)
-        _, rest = server.communicate(timeout=60)
-    finally:
-        server.kill()
-    assert server.returncode == 0 and "wyoming speech: 7 characters, voice ryan: TTFC" in rest
+        code, rest = served.stop()
+    assert code == 0 and "wyoming speech: 7 characters, voice ryan: TTFC" in rest
 
 
 def test_serve_wyoming_beyond_this_computer_is_said_to_have_no_authentication(tmp_path, capsys):
