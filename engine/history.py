@@ -11,7 +11,6 @@ without the file (held elsewhere, read-only) and opens it at the first call that
 from __future__ import annotations
 
 import json
-import os
 import re
 import sqlite3
 import threading
@@ -23,6 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from engine.errors import HistoryError
+from engine.settings import data_dir
 
 __all__ = ["Conversation", "ConversationRef", "ConversationSummary", "HistoryStore", "Turn", "erase_history",
            "history_path"]
@@ -63,8 +63,7 @@ def history_path(profile: str = "default", root: Path | None = None) -> Path:
             f"profile name {profile!r} cannot name a file; use 1-64 letters, digits, '_', '.' or '-'"
         )
     if root is None:
-        data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-        root = data / "parley" / "history"
+        root = data_dir() / "history"
     return Path(root) / f"{profile}.sqlite3"
 
 

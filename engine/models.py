@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ModelFilesError, ModelMissingError, ParleyError
+from engine.settings import data_dir
 
 DEFAULT_TTS_REPO = "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 # the Base models clone voices, and speak in the voices cloned with them (of their own size only)
@@ -38,8 +39,7 @@ def models_dir() -> Path:
     """Parley's models folder: $PARLEY_MODELS, else the XDG data folder."""
     if os.environ.get("PARLEY_MODELS"):
         return Path(os.environ["PARLEY_MODELS"]).expanduser()
-    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return data / "parley" / "models"
+    return data_dir() / "models"
 
 
 def find_tts_model(name: str | None = None) -> Path:

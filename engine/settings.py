@@ -184,6 +184,12 @@ SETTINGS = (
 )
 
 
+def data_dir() -> Path:
+    """Where Parley keeps what it makes (history, voices, downloaded models): $XDG_DATA_HOME/parley, else
+    ~/.local/share/parley."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "parley"
+
+
 def settings_path() -> Path:
     """The settings file: $XDG_CONFIG_HOME/Parley/Parley.conf, else ~/.config/Parley/Parley.conf (where QSettings
     keeps organization "Parley", application "Parley" in INI format)."""

@@ -11,7 +11,6 @@ Importing this module is light (no numpy, no torch): the window lists voices bef
 
 from __future__ import annotations
 
-import os
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.errors import InputTextError, VoiceFileError, VoiceNameError
+from engine.settings import data_dir
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -44,8 +44,7 @@ _WHISPER_RATE_HZ = 16_000  # what a transcribe callable hears (engine/stt SAMPLE
 
 def voices_dir() -> Path:
     """The folder of saved voices: $XDG_DATA_HOME/parley/voices, else ~/.local/share/parley/voices."""
-    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return data / "parley" / "voices"
+    return data_dir() / "voices"
 
 
 def check_name(name: str) -> str:
