@@ -155,11 +155,13 @@ def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model,
                 continue
             if len(watch.heard) > 1 and kind in cut:
                 cut[kind] += 1
-            last = watch.finished[-1]
+            last, measured = watch.finished[-1], ""
             if isinstance(last, TurnFinished) and last.result.metrics.voice_to_voice_ms is not None:
                 latency.append(last.result.metrics.voice_to_voice_ms)
                 early += last.result.metrics.early_reply
-            print(f"{name}: turn {i} ({kind}): heard {watch.heard}", file=sys.stderr)
+                measured = f", {latency[-1]:.0f} ms{' (begun early)' if last.result.metrics.early_reply else ''}"
+            # each turn's figure as it comes: a run cut off by its time limit still tells what it measured
+            print(f"{name}: turn {i} ({kind}){measured}: heard {watch.heard}", file=sys.stderr)
     return {"latency": latency, "cut": cut, "early": early}
 
 

@@ -6,7 +6,8 @@ Each open stream has a clock thread that calls the stream's callback once per pe
 pace, on absolute deadlines so the clock does not drift, as a driver's period interrupt would:
 
 - the input device ('virtual mic', 16 kHz mono, 10 ms periods) delivers what speak() queued and then
-  silence, so the user's voice reaches the VAD at the pace it was spoken;
+  silence, so the user's voice reaches the VAD at the pace it was spoken, over a quiet room's noise floor:
+  a working microphone never delivers exact zeros, and Parley reports a run of them as a lost microphone;
 - the output device ('virtual speakers', 48 kHz stereo, the Player's block size) takes whatever the
   callback hands it and drops it, as a null sink does.
 
@@ -26,6 +27,7 @@ import numpy as np
 
 MIC_RATE_HZ = 16_000
 MIC_PERIOD_FRAMES = 160  # 10 ms, what PulseAudio's ALSA plugin delivers here
+MIC_NOISE_RMS = 10 ** (-70 / 20)  # -70 dBFS: a quiet room through a good microphone, far below the VAD's speech
 SPEAKER_RATE_HZ = 48_000
 SPEAKER_CHANNELS = 2
 
@@ -75,6 +77,7 @@ class _Speech:
 
 _speech: list[_Speech] = []  # queued voices, oldest first; the open input stream takes from the front
 _speech_lock = threading.Lock()
+_noise = np.random.default_rng(0)  # the same room each run
 
 
 def speak(audio: np.ndarray) -> _Speech:
@@ -86,13 +89,13 @@ def speak(audio: np.ndarray) -> _Speech:
 
 
 def _next_input(frames: int) -> np.ndarray:
-    out = np.zeros(frames, np.float32)
+    out = (_noise.standard_normal(frames) * MIC_NOISE_RMS).astype(np.float32)
     filled = 0
     with _speech_lock:
         while _speech and filled < frames:
             speech = _speech[0]
             n = min(frames - filled, len(speech.audio))
-            out[filled : filled + n] = speech.audio[:n]
+            out[filled : filled + n] += speech.audio[:n]
             speech.audio = speech.audio[n:]
             filled += n
             if not len(speech.audio):
