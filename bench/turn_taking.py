@@ -157,9 +157,12 @@ def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model,
                 cut[kind] += 1
             last, measured = watch.finished[-1], ""
             if isinstance(last, TurnFinished) and last.result.metrics.voice_to_voice_ms is not None:
-                latency.append(last.result.metrics.voice_to_voice_ms)
-                early += last.result.metrics.early_reply
-                measured = f", {latency[-1]:.0f} ms{' (begun early)' if last.result.metrics.early_reply else ''}"
+                m = last.result.metrics
+                latency.append(m.voice_to_voice_ms)
+                early += m.early_reply
+                measured = (f", {m.voice_to_voice_ms:.0f} ms (STT {m.stt_ms or 0:.0f}, LLM first clause "
+                            f"{m.llm_first_clause_ms or 0:.0f}, TTFC {m.tts_ttfc_ms or 0:.0f}"
+                            f"{', begun early' if m.early_reply else ''})")
             # each turn's figure as it comes: a run cut off by its time limit still tells what it measured
             print(f"{name}: turn {i} ({kind}){measured}: heard {watch.heard}", file=sys.stderr)
     return {"latency": latency, "cut": cut, "early": early}
