@@ -3,7 +3,8 @@ TTFC and RTF; `parley chat` holds a spoken conversation through the microphone (
 with --text a typed one; each reply is printed and spoken, its figures on stderr. Both take the models and
 the voice chosen in the app (engine/settings.py); a flag overrides its setting. `parley voice` clones, lists and
 removes the user's saved voices (engine/voice_library.py), which `say --voice` and `chat --voice` speak in. `parley
-serve` speaks for other programs, and `chat --speech-server` and `say --server` speak through it from another computer."""
+serve` speaks for other programs, and `chat --speech-server` and `say --server` speak through it from another
+computer."""
 
 from __future__ import annotations
 
