@@ -3,7 +3,8 @@ TTFC and RTF; `parley chat` holds a spoken conversation through the microphone (
 with --text a typed one; each reply is printed and spoken, its figures on stderr. Both take the models and
 the voice chosen in the app (engine/settings.py); a flag overrides its setting. `parley voice` clones, lists and
 removes the user's saved voices (engine/voice_library.py), which `say --voice` and `chat --voice` speak in. `parley
-serve` speaks for other programs, and `chat --speech-server` speaks through it from another computer."""
+serve` speaks for other programs, and `chat --speech-server` and `say --server` speak through it from another
+computer."""
 
 from __future__ import annotations
 
@@ -35,15 +36,26 @@ def _voice(folder: Path, config, speaker: str | None, language: str | None,
     Raises:
         InputTextError: a speaker, language or style the model does not take (naming the ones it has).
     """
-    from engine.assistant import configured_voice
     from engine.errors import ModelFilesError
     from engine.tts.config import TTSConfig
-    from engine.tts.prompt import resolve_voice
 
     try:
         model = TTSConfig.from_file(folder / "config.json")
     except ModelFilesError:
         return speaker or config.speaker or None, language or config.language, instruct or config.style or None
+    return _fitted_voice(model, config, speaker, language, instruct)
+
+
+def _fitted_voice(model, config, speaker: str | None, language: str | None,
+                  instruct: str | None) -> tuple[str | None, str, str | None]:
+    """_voice's choice for `model`: a TTSConfig, or a speech server's ServedModel (what it says it speaks).
+
+    Raises:
+        InputTextError: a speaker, language or style the model does not take (naming the ones it has).
+    """
+    from engine.assistant import configured_voice
+    from engine.tts.prompt import resolve_voice
+
     fitted = configured_voice(model, config)
     if fitted.not_found is not None and not speaker:
         _err(_not_found(fitted.not_found))
@@ -85,6 +97,15 @@ def _load_tts(folder: Path, device: str, dtype: str | None = None):
 def _say(args) -> int:
     from engine.text import clean_text, speech_seconds
 
+    if args.server:
+        here = [flag for flag, value in (("--voice", args.voice), ("--model", args.model), ("--device", args.device),
+                                         ("--dtype", args.dtype)) if value is not None]
+        if here:
+            raise ParleyError(f"{', '.join(here)} {'is' if len(here) == 1 else 'are'} for a speech model on this "
+                              f"computer; the server at {args.server} speaks its own model's voices (choose one with "
+                              "--speaker)")
+    elif args.token is not None:
+        raise ParleyError("--token is a speech server's token: give the server's address with --server")
     out = Path(args.out) if args.out else None
     # checked before stdin is read or a model loaded: the temporary file goes beside the target
     if out is not None and (out.is_dir() or not out.parent.is_dir()):
@@ -92,18 +113,24 @@ def _say(args) -> int:
         raise ParleyError(f"cannot write {out}: {problem}; choose another --out")
     text = sys.stdin.read() if args.text in (None, "-") else args.text
     cleaned = clean_text(text)  # nothing to speak is said before a model loads (a first GPU use compiles a minute)
-    config, choice = _speech(args)
-    if choice.voice is not None:
-        speaker, language, instruct = None, args.language or config.language, args.instruct
-        _check_saved_voice(choice, language, instruct)
-        who = f"the saved voice {choice.name!r}"
-    else:
-        speaker, language, instruct = _voice(choice.folder, config, args.speaker, args.language, args.instruct)
+    voice = None
+    if args.server:
+        tts, speaker, language, instruct = _served_speech(args)
         who = speaker
-    t0 = time.perf_counter()
-    tts = _load_tts(choice.folder, args.device or _device_of(config.device), args.dtype)
-    print(f"loaded {tts.folder} on {tts.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    stream = tts.stream(text, speaker, language, instruct=instruct, voice=choice.voice, seed=args.seed)
+    else:
+        config, choice = _speech(args)
+        voice = choice.voice
+        if voice is not None:
+            speaker, language, instruct = None, args.language or config.language, args.instruct
+            _check_saved_voice(choice, language, instruct)
+            who = f"the saved voice {choice.name!r}"
+        else:
+            speaker, language, instruct = _voice(choice.folder, config, args.speaker, args.language, args.instruct)
+            who = speaker
+        t0 = time.perf_counter()
+        tts = _load_tts(choice.folder, args.device or _device_of(config.device), args.dtype)
+        print(f"loaded {tts.folder} on {tts.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    stream = tts.stream(text, speaker, language, instruct=instruct, voice=voice, seed=args.seed)
     progress = _Progress(stream, tts.sample_rate_hz)
     if stream.segments > 1:
         keeps = f" and keeps what is written in {out}" if out else ""
@@ -148,6 +175,28 @@ def _speech(args):
         _err(f"parley: warning: speaking as the speech model's speaker instead of the saved voice "
              f"{config.saved_voice!r}: {choice.problem}")
     return config, choice
+
+
+def _served_speech(args):
+    """(RemoteTTS, speaker, language, instruct) of `say --server`: the server, once it has said what its model speaks,
+    and the voice fitted to that model as to one here (the settings' voice where it has it). A saved voice of the
+    settings gives way to the server's speaker with a warning: it is spoken on this computer only.
+
+    Raises:
+        SpeechServerError: the server cannot be reached, refuses the token, or is not a Parley speech server.
+        InputTextError: a speaker, language or style its model does not take (naming the ones it has).
+    """
+    from engine.settings import load_config
+    from engine.speech_client import connect_tts
+
+    config = load_config()
+    if config.saved_voice and not (args.speaker or args.instruct):
+        _err(f"parley: warning: speaking as the server's speaker instead of the saved voice {config.saved_voice!r}: "
+             "a saved voice is spoken on this computer only")
+    t0 = time.perf_counter()
+    tts = connect_tts(args.server, _speech_token(args.token, args.server))
+    print(f"parley: {tts.folder.name} on {tts.url} answered in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
+    return (tts, *_fitted_voice(tts.config, config, args.speaker, args.language, args.instruct))
 
 
 def _check_saved_voice(choice, language: str, instruct: str | None) -> None:
@@ -333,7 +382,8 @@ def _chat(args) -> int:
                          silence_ms=args.silence_ms, longest_pause_ms=args.longest_pause_ms,
                          turn_detection=args.turn_detection, listen_mode=args.listen_mode, device=args.device,
                          history_file=history_path(args.profile), voice_input=not args.text,
-                         speech_server=args.speech_server, speech_token=_speech_token(args),
+                         speech_server=args.speech_server,
+                         speech_token=_speech_token(args.speech_token, args.speech_server),
                          live_transcript=False)  # a terminal shows what was heard once it is final
     if args.speaker and not args.voice:  # the app's saved voice gives way to a speaker asked for
         config = dataclasses.replace(config, saved_voice="")
@@ -360,13 +410,13 @@ def _chat(args) -> int:
         return _voice_chat(assistant, about)
 
 
-def _speech_token(args) -> str | None:
-    """The token for `chat`'s speech server: --speech-token, else, for a server named by --speech-server,
-    PARLEY_API_TOKEN (the variable `parley serve` reads: one name for one secret on both ends); None keeps the
-    settings' token, which goes only to the settings' server."""
-    if args.speech_token is not None:
-        return args.speech_token
-    if args.speech_server:
+def _speech_token(token: str | None, server: str | None) -> str | None:
+    """The token for a speech server (`chat --speech-server`, `say --server`): the flag's, else, for a server named on
+    the command line, PARLEY_API_TOKEN (the variable `parley serve` reads: one name for one secret on both ends); None
+    keeps the settings' token, which goes only to the settings' server."""
+    if token is not None:
+        return token
+    if server:
         return os.environ.get("PARLEY_API_TOKEN", "")
     return None
 
@@ -694,6 +744,10 @@ def main(argv=None) -> int:
                      "where there is one)")
     say.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
                      help="default: float32 on CPU, bfloat16 on GPU")
+    say.add_argument("--server", metavar="URL", help="speak through a Parley speech server (parley serve, or its Ray "
+                     "Serve cluster, e.g. http://192.168.1.20:8000) instead of a speech model on this computer")
+    say.add_argument("--token", help="the token that server was given (default: PARLEY_API_TOKEN); the variable keeps "
+                     "it out of the process list")
     chat = commands.add_parser("chat", help="talk with Parley through the microphone: replies are printed and spoken")
     chat.add_argument("--text", action="store_true", help="type your turns on standard input (one a line) instead")
     mode = chat.add_mutually_exclusive_group()

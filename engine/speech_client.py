@@ -27,6 +27,7 @@ from engine.errors import InputTextError, SpeechServerError
 from engine.speech_server import MAX_INPUT_CHARS
 from engine.text import clean_text
 from engine.tts.prompt import Voice, resolve_voice
+from engine.tts.sampling import new_seed
 from engine.tts.stream import Chunk, TTSStream
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,8 @@ class RemoteTTS:
     def stream(self, text: str, speaker: str | None = None, language: str | None = "auto", *,
                instruct: str | None = None, voice=None, seed: int | None = None) -> TTSStream:
         """Speak `text` on the server; returns a lazy stream of Chunks (float32 at sample_rate_hz), as
-        TTSEngine.stream. The request is sent when iteration starts; `seed` None lets the server draw one.
+        TTSEngine.stream. The request is sent when iteration starts; `seed` None draws one here, which the stream's
+        `seed` tells, as a local engine's does (the server gives the same audio for the same seed and text).
 
         Raises (at once):
             InputTextError: empty or over-long text, or a voice the server's model does not take.
@@ -131,10 +133,9 @@ class RemoteTTS:
         if len(text) > MAX_INPUT_CHARS:
             raise InputTextError(f"the speech server takes at most {MAX_INPUT_CHARS:,} characters at a time; "
                                  f"this text has {len(text):,}")
+        seed = new_seed() if seed is None else int(seed)
         body = {"model": self.config.name, "input": text, "voice": resolved.speaker, "language": resolved.language,
-                "instructions": resolved.instruct, "response_format": "pcm"}
-        if seed is not None:
-            body["seed"] = int(seed)
+                "instructions": resolved.instruct, "response_format": "pcm", "seed": seed}
         return RemoteStream(self._server, body, seed)
 
     def synthesize(self, text: str, speaker: str | None = None, language: str | None = "auto",
@@ -228,7 +229,7 @@ class RemoteStream(TTSStream):
     """A TTSStream whose chunks come from a speech server: cancel() also shuts the connection, so a read waiting for
     the next piece ends at once and the server sees its client leave."""
 
-    def __init__(self, server: _Server, body: dict, seed: int | None):
+    def __init__(self, server: _Server, body: dict, seed: int):
         self._server, self._body = server, body
         self._socket: socket.socket | None = None
         self._socket_lock = threading.Lock()

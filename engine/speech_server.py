@@ -219,12 +219,16 @@ async def _first_chunk(chunks, request: Request) -> bytes | None:
     comes: waiting in the queue, or while the engine starts, the request is then withdrawn and its stream cancelled
     (an ASGI server does not cancel a handler whose client has gone)."""
     first = asyncio.ensure_future(anext(chunks, b""))
-    while not (await asyncio.wait({first}, timeout=CLIENT_CHECK_S))[0]:
-        if await request.is_disconnected():
-            first.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await first
-            return None
+    try:
+        while not (await asyncio.wait({first}, timeout=CLIENT_CHECK_S))[0]:
+            if await request.is_disconnected():
+                first.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await first
+                return None
+    except asyncio.CancelledError:  # a server that cancels the request of a client gone (Ray Serve's replicas do)
+        first.cancel()  # which closes `chunks` where it waits: the request leaves the queue, its stream is cancelled
+        raise
     return first.result()
 
 

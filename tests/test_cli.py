@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -376,7 +377,14 @@ class Serving:
         while not any("Ctrl-C stops" in line for line in self.lines):
             self.lines.append(self.server.stderr.readline())
             assert self.lines[-1] or self.server.poll() is None, "".join(self.lines)
-        return self
+        deadline = time.monotonic() + WAIT_S
+        while True:  # the HTTP API says where it listens just before uvicorn opens the port
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                assert time.monotonic() < deadline and self.server.poll() is None, "".join(self.lines)
+                time.sleep(0.02)
 
     def stop(self) -> tuple[int, str]:
         """Ctrl-C: the exit code, and what it wrote to stderr since it said where it listens."""
@@ -400,6 +408,68 @@ def test_serve_speaks_for_openais_client_and_stops_on_ctrl_c(short_checkpoint, t
         assert len(audio.content) > 0 and len(audio.content) % 2 == 0
         code, rest = served.stop()
     assert code == 0 and "speech: 7 characters, voice ryan: TTFC" in rest
+
+
+def say(*args, **env) -> subprocess.CompletedProcess:
+    """`parley say ARGS` in a subprocess, with `env` added to its environment."""
+    return subprocess.run([sys.executable, "-m", "engine.cli", "say", *map(str, args)], capture_output=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **env}, text=True,
+                          timeout=180)
+
+
+def test_say_through_a_server_writes_or_plays_its_speech_and_its_seed_speaks_it_again(sound_server, short_checkpoint,
+                                                                                    tmp_path):
+    """`parley say --server URL` speaks through a real `parley serve` with its token (PARLEY_API_TOKEN, or --token):
+    into a WAV file, naming the server's model on its address, the seed it drew and the figures; that seed writes the
+    same file again; without --out it plays on the speakers. Nothing loads a model here."""
+    import soundfile
+
+    with Serving(["--token", "s3cret", "--port"], short_checkpoint, tmp_path) as served:
+        url = f"http://127.0.0.1:{served.port}"
+        first = say("Through the server.", "--server", url, "--speaker", "ryan", "--out", tmp_path / "first.wav",
+                    PARLEY_API_TOKEN="s3cret")
+        assert first.returncode == 0, first.stderr
+        assert f"parley: {short_checkpoint.name} on {url} answered in " in first.stderr and "loaded" not in first.stderr
+        (seed,) = re.findall(r"first\.wav: \d\.\d\d s of speech by ryan \(seed (\d+)\); TTFC \d+ ms, RTF",
+                             first.stderr)
+        again = say("Through the server.", "--server", url, "--token", "s3cret", "--speaker", "ryan", "--seed", seed,
+                    "--out", tmp_path / "again.wav")
+        assert again.returncode == 0, again.stderr
+        played = say("Out loud.", "--server", url, "--token", "s3cret")
+        assert played.returncode == 0, played.stderr
+        assert "played on" in played.stderr and "s of speech by aiden" in played.stderr
+    audio, rate_hz = soundfile.read(tmp_path / "first.wav", dtype="int16")
+    assert rate_hz == 24_000 and audio.ndim == 1 and np.abs(audio).max() > 0
+    assert (tmp_path / "again.wav").read_bytes() == (tmp_path / "first.wav").read_bytes()
+
+
+def test_say_through_a_server_names_what_is_wrong(short_checkpoint, tmp_path, capsys, monkeypatch):
+    """A server that is not there, a missing or wrong token, a voice the server's model lacks, and flags for a model
+    here beside --server: each is a one-line error (exit 2), no traceback, and no file is written."""
+    from engine.cli import main
+
+    monkeypatch.delenv("PARLEY_API_TOKEN", raising=False)
+    out = tmp_path / "never.wav"
+    with socket.socket() as unheard, Serving(["--token", "s3cret", "--port"], short_checkpoint, tmp_path) as served:
+        unheard.bind(("127.0.0.1", 0))  # a port of this test's, where nothing listens
+        nobody = f"http://127.0.0.1:{unheard.getsockname()[1]}"
+        url = f"http://127.0.0.1:{served.port}"
+        for args, said in [
+            (["--server", nobody], f"parley: cannot reach the speech server at {nobody} (connection refused); is "
+                                   "parley serve running there"),
+            (["--server", url], f"parley: the speech server at {url} needs a token"),
+            (["--server", url, "--token", "wrong"], f"parley: the speech server at {url} refused the token (401"),
+            (["--server", url, "--token", "s3cret", "--speaker", "nobody"], "parley: unknown speaker 'nobody'; this "
+                                                                           "model has: aiden, "),
+            (["--server", url, "--model", "x", "--device", "cpu"], f"parley: --model, --device are for a speech model "
+                                                                   f"on this computer; the server at {url} speaks"),
+            (["--token", "s3cret"], "parley: --token is a speech server's token: give the server's address with "
+                                    "--server"),
+        ]:
+            assert main(["say", "Hello.", "--out", str(out), *args]) == 2
+            err = capsys.readouterr().err
+            assert said in err and "Traceback" not in err, (args, err)
+    assert not out.exists()
 
 
 def test_serve_beyond_this_computer_needs_a_token(tmp_path, capsys):

@@ -2,6 +2,7 @@
 HTTP, on the tiny random-weight checkpoint: streamed PCM and WAV, the models, voices and health routes, Parley's
 seed and language fields, the API's error shape for bad requests, the token, and the queue's limit."""
 
+import asyncio
 import io
 import json
 import socket
@@ -225,3 +226,62 @@ def wait_for(condition, timeout_s: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def test_a_request_the_asgi_server_cancels_while_it_waits_gives_up_its_place(short_tts):
+    """An ASGI server may cancel the request of a client that left, as Ray Serve's replicas do (uvicorn lets the
+    handler see the client go instead): one cancelled while it waits frees its place at once and is never spoken."""
+    held = HeldTTS(short_tts)
+    app = create_app(held, ServiceOptions(max_waiting=1))
+
+    async def call(method: str, path: str, body: dict | None = None) -> list[dict]:
+        """The ASGI messages the app sends for one request, whose client sends `body` and then waits."""
+        data, sent, said = json.dumps(body or {}).encode(), [], []
+
+        async def receive():
+            if not sent:
+                sent.append(data)
+                return {"type": "http.request", "body": data, "more_body": False}
+            await asyncio.Event().wait()  # the client neither speaks again nor leaves
+
+        async def send(message):
+            said.append(message)
+
+        scope = {"type": "http", "http_version": "1.1", "method": method, "path": path, "raw_path": path.encode(),
+                 "root_path": "", "scheme": "http", "query_string": b"", "server": ("127.0.0.1", 80),
+                 "client": ("127.0.0.1", 1), "headers": [(b"content-type", b"application/json")]}
+        await app(scope, receive, send)
+        return said
+
+    async def queue() -> dict:
+        (start, body, *_) = await call("GET", "/health")
+        return json.loads(body["body"])
+
+    async def until(condition) -> None:
+        deadline = time.monotonic() + 30
+        while not condition(await queue()):
+            assert time.monotonic() < deadline, "timed out"
+            await asyncio.sleep(0.02)
+
+    async def scenario() -> list[dict]:
+        speech = {"model": "x", "voice": "ryan", "input": "First.", "response_format": "pcm"}
+        first = asyncio.create_task(call("POST", "/v1/audio/speech", speech))
+        await until(lambda q: q["speaking"] == 1)
+        leaving = asyncio.create_task(call("POST", "/v1/audio/speech", {**speech, "input": "Never mind."}))
+        await until(lambda q: q["waiting"] == 1)
+        leaving.cancel()
+        await until(lambda q: q["waiting"] == 0)
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+        held.release.set()
+        said = await first
+        # the withdrawn request's thread looks at the queue once the engine is free, and tells this loop: it ends
+        # before the loop does (a server's loop outlives it)
+        for thread in threading.enumerate():
+            if thread.name == "parley-serve-speech":
+                await asyncio.to_thread(thread.join, 30)
+        return said
+
+    said = asyncio.run(scenario())
+    assert said[0]["status"] == 200 and b"".join(m.get("body", b"") for m in said[1:])
+    assert held.spoken == ["First."]
