@@ -86,6 +86,24 @@ def test_streams_at_once_give_exactly_their_solo_speech(short_tts, count, sampli
     assert all(chunks[0].t_ready < first_ends for chunks in together)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("megakernel", [True, False], ids=["megakernel", "pytorch"])
+@pytest.mark.parametrize(
+    "sampling", [None, SamplingOptions.greedy(), SamplingOptions(top_p=0.8)], ids=["sampled", "greedy", "top_p"]
+)
+def test_cuda_streams_at_once_give_exactly_their_solo_speech(short_checkpoint, megakernel, sampling):
+    """On CUDA in bf16 (the prefill's and the codec's CUDA graphs; the megakernel's whole frames, or with top_p < 1
+    its one-token steps; or plain PyTorch) 4 streams at once from their own threads give each exactly its solo
+    codes and PCM: nothing a turn leaves in the engine's shared buffers reaches another stream."""
+    tts = load_tts(short_checkpoint, device="cuda", megakernel=megakernel)
+    solo = [list(speak(tts, r, sampling)) for r in REQUESTS]
+    together, errors = consume_at_once([speak(tts, r, sampling) for r in REQUESTS])
+    assert errors == [None] * len(REQUESTS)
+    for got, want in zip(together, solo):
+        assert_same_speech(got, want)
+
+
 def test_a_stream_asking_waits_for_one_turn_of_another_not_its_utterance(tiny_tts):
     """A second stream's first chunk comes after at most the chunk the first stream was making when it asked and
     one more (first come first served), long before the first stream ends."""
