@@ -5,12 +5,13 @@ Method: the service runs in this process (uvicorn on a free loopback port, as `p
 random-weight checkpoint (each utterance capped at --max-frames frames, as random weights rarely stop) or --model.
 For each number of clients, that many threads send --requests requests each, one after the other, over plain HTTP
 (http.client). TTFC: the request sent -> its first audio byte. RTF: a request's whole time / its audio's length.
-Aggregate x-real-time: all the audio served / the level's wall time. A 429 (the queue is full: one utterance is
-spoken at a time, --max-waiting wait) is counted, not retried; any other failure is an error. Loopback only: the
-bench never opens a port beyond this machine.
+Aggregate x-real-time: all the audio served / the level's wall time. A 429 (the queue is full: --concurrency
+utterances are spoken at once, --max-waiting wait) is counted, not retried; any other failure is an error. Loopback
+only: the bench never opens a port beyond this machine.
 
     python bench/serve_load.py                            # tiny checkpoint, CPU
     python bench/serve_load.py --size 0.6b --device cuda
+    python bench/serve_load.py --concurrency 1            # one utterance at a time, the service before issue 27
 """
 
 from __future__ import annotations
@@ -112,11 +113,13 @@ def main(argv=None) -> int:
     parser.add_argument("--max-frames", type=int, default=25, help="random checkpoint: frames an utterance")
     parser.add_argument("--clients", default="1,2,4,8,16,32", help="the levels, comma-separated")
     parser.add_argument("--requests", type=int, default=3, help="requests each client sends, one after the other")
+    parser.add_argument("--concurrency", type=int, help="utterances spoken at once (default: parley serve's for the "
+                        "device)")
     parser.add_argument("--max-waiting", type=int, default=8, help="the service's queue (parley serve's default)")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="longest wait for one request")
     args = parser.parse_args(argv)
 
-    from engine.speech_server import ServiceOptions
+    from engine.speech_server import DEFAULT_CONCURRENCY, ServiceOptions
     from engine.tts import load_tts
 
     work = Path(tempfile.mkdtemp(prefix="parley-bench-"))
@@ -125,7 +128,8 @@ def main(argv=None) -> int:
         voice = tts.default_speaker or ""
         rate = tts.sample_rate_hz
         rows = []
-        with Service(tts, ServiceOptions(max_waiting=args.max_waiting)) as service:
+        at_once = args.concurrency or DEFAULT_CONCURRENCY[tts.device.type]
+        with Service(tts, ServiceOptions(concurrency=at_once, max_waiting=args.max_waiting)) as service:
             ask(service.port, voice, args.timeout_s)  # warm-up
             for clients in (int(n) for n in args.clients.split(",")):
                 results, wall = level(service.port, clients, args.requests, voice, args.timeout_s)
@@ -138,8 +142,8 @@ def main(argv=None) -> int:
                              *(np.percentile(ttfc, [50, 95]) if ttfc else (float("nan"),) * 2),
                              np.median(rtf) if rtf else float("nan"), sum(audio_s) / wall))
                 print(f"{clients} clients: {len(served)} of {len(results)} served in {wall:.1f} s", file=sys.stderr)
-        print(f"\n{tts.folder.name} on {tts.device}, {args.requests} requests a client, max_waiting "
-              f"{args.max_waiting}, {TEXT!r}\n")
+        print(f"\n{tts.folder.name} on {tts.device}, {args.requests} requests a client, concurrency {at_once}, "
+              f"max_waiting {args.max_waiting}, {TEXT!r}\n")
         print("| clients | requests | served | refused (429) | errors | TTFC p50 ms | TTFC p95 ms | RTF p50 | "
               "aggregate x-real-time |")
         print("|---|---|---|---|---|---|---|---|---|")

@@ -506,7 +506,7 @@ def _serve(args) -> int:
     tts = _served_tts(args, "engine.speech_server")
     print(f"parley: serving {tts.folder.name} on {tts.device} at http://{host}:{port}/v1 (the OpenAI audio "
           f"API's speech route{', token required' if token else ''}); Ctrl-C stops", file=sys.stderr, flush=True)
-    app = create_app(tts, ServiceOptions(token=token, max_waiting=max_waiting))
+    app = create_app(tts, ServiceOptions(token=token, concurrency=args.concurrency, max_waiting=max_waiting))
     uvicorn.run(app, host=host, port=port, log_level="warning")
     return 0
 
@@ -532,7 +532,7 @@ def _serve_wyoming(args) -> int:
 
     async def serve() -> None:
         try:
-            server = await start_server(tts, host, port)
+            server = await start_server(tts, host, port, args.concurrency)
         except OSError as e:
             raise ParleyError(f"cannot listen on {host}:{port} ({e.strerror or e}); choose another with --wyoming "
                               "[HOST:]PORT") from None
@@ -564,6 +564,13 @@ def _served_tts(args, logger: str):
     requests.addHandler(handler)
     requests.setLevel(logging.INFO)
     return tts
+
+
+def _at_least_one(value: str) -> int:
+    """`serve --concurrency`'s type: a whole number of 1 or more."""
+    if not value.isdecimal() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a number of utterances; give 1 or more")
+    return int(value)
 
 
 def _wyoming_address(value: str) -> tuple[str, int]:
@@ -787,7 +794,10 @@ def main(argv=None) -> int:
     serve.add_argument("--port", type=int, help="the HTTP API's port (default: 8000)")
     serve.add_argument("--token", help="the bearer token clients must send (or PARLEY_API_TOKEN); needed beyond "
                                        "this computer")
-    serve.add_argument("--max-waiting", type=int, help="requests that may wait while one is spoken (default: 8)")
+    serve.add_argument("--concurrency", type=_at_least_one, metavar="N",
+                       help="utterances spoken at once, taking turns on the one engine a chunk at a time (default: 2 "
+                       "on the CPU, 8 on a GPU; each speaks at the engine's speed shared among them)")
+    serve.add_argument("--max-waiting", type=int, help="requests that may wait while those are spoken (default: 8)")
     serve.add_argument("--wyoming", nargs="?", const=f"127.0.0.1:{WYOMING_PORT}", type=_wyoming_address,
                        metavar="[HOST:]PORT",
                        help="serve the Wyoming protocol instead, for Home Assistant's Assist (default: "

@@ -3,9 +3,13 @@ OpenAI's own clients, Pipecat's OpenAITTSService, LiveKit's openai.TTS and Open 
 chunk is sent as soon as it is decoded. Parley's own client (engine/speech_client.py) also asks `GET /v1/voices` what
 the model speaks, and may send two fields the OpenAI API lacks: `language` and `seed`.
 
-The engine speaks one utterance at a time (until it batches streams): requests wait their turn in a bounded queue,
-and one beyond it is refused at once with 429, never queued without end. `create_app(tts)` is the ASGI app;
-`parley serve` runs it with uvicorn.
+Up to `concurrency` requests are spoken at once: their streams take turns on the one engine a chunk at a time
+(engine/tts/turns.py), so each one's first audio waits for one chunk of each of the others, not for their whole
+utterances. That is the limit: the engine does not batch streams (one frame at a time, for each), so together they go
+no faster than one, and each speaks at the engine's speed divided by how many are speaking; past the point where that
+is slower than real time, listeners hear gaps (the default stops before it: DEFAULT_CONCURRENCY). Requests beyond
+them wait in a bounded queue, and one beyond it is refused at once with 429, never queued without end.
+`create_app(tts)` is the ASGI app; `parley serve` runs it with uvicorn.
 """
 
 from __future__ import annotations
@@ -31,15 +35,28 @@ MAX_INPUT_CHARS = 4096  # the OpenAI API's own limit on this route's input
 # how often a request waiting for its first audio looks whether its client is still there
 CLIENT_CHECK_S = 0.2
 FORMATS = {"pcm": "audio/pcm", "wav": "audio/wav"}  # both 16-bit signed little-endian mono at the model's rate
+# Requests spoken at once where none is asked for, by the engine's device. A GPU with the megakernel speaks the 0.6B
+# model ~17x faster than real time (RTF 0.057, docs/BENCHMARKS.md), so 8 at once each stay about twice real time. A
+# CPU speaks it at about real time (RTF 0.75 on 8 cores, 1.9 on 2), so there a second at once trades the first's speed
+# for its own first audio, which would otherwise wait for the whole of the first.
+DEFAULT_CONCURRENCY = {"cpu": 2, "cuda": 8}
 
 
 @dataclass(frozen=True)
 class ServiceOptions:
     """token: the bearer token every request must carry (None: none is asked for; `parley serve` allows that on the
-    loopback interface only). max_waiting: requests that may wait behind the one being spoken."""
+    loopback interface only). concurrency: requests spoken at once (None: DEFAULT_CONCURRENCY for the engine's
+    device). max_waiting: requests that may wait behind those being spoken."""
 
     token: str | None = None
+    concurrency: int | None = None
     max_waiting: int = 8
+
+    def __post_init__(self):
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"concurrency must be 1 or more requests spoken at once, got {self.concurrency}")
+        if self.max_waiting < 0:
+            raise ValueError(f"max_waiting must be 0 or more requests, got {self.max_waiting}")
 
 
 class _Refused(Exception):
@@ -76,8 +93,9 @@ def create_app(tts, options: ServiceOptions | None = None) -> FastAPI:
     """The service around a loaded TTSEngine (engine/tts): /v1/audio/speech, /v1/models, /v1/voices and /health."""
     options = options or ServiceOptions()
     app = FastAPI(title="Parley speech", docs_url=None, redoc_url=None, openapi_url=None)
-    speaking = threading.Lock()  # the engine's one utterance at a time
-    queue = _Queue(options.max_waiting)
+    at_once = options.concurrency or DEFAULT_CONCURRENCY[tts.device.type]
+    speaking = threading.Semaphore(at_once)  # a place for each request spoken at once
+    queue = _Queue(at_once, options.max_waiting)
 
     if options.token is not None:
         app.add_middleware(_TokenGate, token=options.token)
@@ -85,7 +103,7 @@ def create_app(tts, options: ServiceOptions | None = None) -> FastAPI:
     @app.get("/health")
     async def health():
         return {"status": "ok", "model": tts.folder.name, "speaking": queue.speaking, "waiting": queue.waiting,
-                "at_once": 1, "max_waiting": options.max_waiting}
+                "at_once": at_once, "max_waiting": options.max_waiting}
 
     @app.get("/v1/models")
     async def models():
@@ -137,18 +155,19 @@ def create_app(tts, options: ServiceOptions | None = None) -> FastAPI:
 
 
 class _Queue:
-    """Requests being spoken or waiting to be; refuses one beyond `max_waiting` with 429. A request holds a ticket,
-    "waiting", then "speaking", then "done"; one whose client leaves while it waits is withdrawn, and its place
-    goes to the next at once."""
+    """Requests being spoken (up to `at_once`) or waiting to be; refuses one beyond `max_waiting` with 429. A request
+    holds a ticket, "waiting", then "speaking", then "done"; one whose client leaves while it waits is withdrawn, and
+    its place goes to the next at once."""
 
-    def __init__(self, max_waiting: int):
-        self.max_waiting, self.waiting, self.speaking = max_waiting, 0, 0
+    def __init__(self, at_once: int, max_waiting: int):
+        self.at_once, self.max_waiting, self.waiting, self.speaking = at_once, max_waiting, 0, 0
         self._lock = threading.Lock()
 
     def join(self) -> list[str]:
         with self._lock:
-            if self.speaking + self.waiting >= 1 + self.max_waiting:
-                raise _Refused(429, f"Parley is busy: it speaks one request at a time, and {self.waiting} "
+            if self.speaking + self.waiting >= self.at_once + self.max_waiting:
+                requests = "one request" if self.at_once == 1 else f"{self.at_once} requests"
+                raise _Refused(429, f"Parley is busy: it speaks {requests} at a time, and {self.waiting} "
                                     f"{'is' if self.waiting == 1 else 'are'} waiting already; try again shortly",
                                "busy", kind="server_busy")
             self.waiting += 1
@@ -174,8 +193,8 @@ class _Queue:
                 self.speaking, ticket[0] = self.speaking - 1, "done"
 
 
-async def _speak(stream, rate_hz: int, speaking: threading.Lock, queue: _Queue, text: str, voice: str | None):
-    """The stream's chunks as 16-bit PCM bytes, synthesised on a thread of their own once the engine is free;
+async def _speak(stream, rate_hz: int, speaking: threading.Semaphore, queue: _Queue, text: str, voice: str | None):
+    """The stream's chunks as 16-bit PCM bytes, synthesised on a thread of their own once a place is free;
     closing this generator (the client went away) cancels the stream, or withdraws it from the queue."""
     ticket = queue.join()
     loop = asyncio.get_running_loop()

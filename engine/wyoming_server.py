@@ -4,9 +4,10 @@ voices, `synthesize` speaks a text, and synthesize-start / -chunk / -stop speak 
 LLM's reply), a clause at a time (engine/llm/clauses.py). Audio goes out as 16-bit mono PCM at the model's rate, each
 chunk as soon as it is decoded.
 
-The engine speaks one utterance at a time: connections wait their turn, and one whose client leaves gives up its
-place, or stops its speech at the next frame. `start_server(tts, host, port)` listens; `parley serve --wyoming` runs
-it. The protocol has no authentication: whoever reaches the port may speak.
+Up to `concurrency` utterances are spoken at once, their streams taking turns on the engine a chunk at a time (the
+limit is the HTTP service's: engine/speech_server.py); other connections wait their turn, and one whose client leaves
+gives up its place, or stops its speech at the next frame. `start_server(tts, host, port)` listens; `parley serve
+--wyoming` runs it. The protocol has no authentication: whoever reaches the port may speak.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 from engine.audio.wav import pcm16
 from engine.errors import InputTextError, ParleyError
 from engine.llm.clauses import ClauseSplitter
-from engine.speech_server import MAX_INPUT_CHARS
+from engine.speech_server import DEFAULT_CONCURRENCY, MAX_INPUT_CHARS
 from engine.voices import describe
 
 log = logging.getLogger(__name__)
@@ -38,19 +39,23 @@ LANGUAGE_CODES = {"chinese": "zh", "english": "en", "french": "fr", "german": "d
 QWEN = Attribution(name="Qwen team, Alibaba Cloud (Qwen3-TTS)", url="https://github.com/QwenLM/Qwen3-TTS")
 
 
-async def start_server(tts, host: str, port: int) -> AsyncTcpServer:
-    """Listen for Wyoming clients on host:port in the running event loop, speaking with a loaded TTSEngine; `await
-    server.stop()` closes every connection (cancelling what they speak) and stops listening.
+async def start_server(tts, host: str, port: int, concurrency: int | None = None) -> AsyncTcpServer:
+    """Listen for Wyoming clients on host:port in the running event loop, speaking with a loaded TTSEngine up to
+    `concurrency` utterances at once (None: DEFAULT_CONCURRENCY for the engine's device); `await server.stop()` closes
+    every connection (cancelling what they speak) and stops listening.
 
     Raises:
         ParleyError: the model has no built-in voices (a VoiceDesign or Base model: Wyoming has no way to describe
             or clone a voice).
         OSError: the address cannot be listened on (in use, or not this computer's).
+        ValueError: concurrency below 1.
     """
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"concurrency must be 1 or more utterances spoken at once, got {concurrency}")
     if not tts.speakers:
         raise ParleyError(f"{tts.folder.name} has no built-in voices, and a Wyoming client can only name one: serve "
                           "a CustomVoice model (Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice)")
-    service = _Service(tts, asyncio.Lock(), _info(tts).event())
+    service = _Service(tts, asyncio.Semaphore(concurrency or DEFAULT_CONCURRENCY[tts.device.type]), _info(tts).event())
     server = AsyncTcpServer(host, port)
     await server.start(lambda reader, writer: _Connection(service, reader, writer))
     return server
@@ -79,11 +84,11 @@ def _info(tts) -> Info:
 
 @dataclass(frozen=True)
 class _Service:
-    """What every connection shares: the engine, the lock that lets one utterance be spoken at a time (its waiters
-    are served in turn), and the info event."""
+    """What every connection shares: the engine, a place for each utterance spoken at once (its waiters are served in
+    turn), and the info event."""
 
     tts: object
-    speaking: asyncio.Lock
+    speaking: asyncio.Semaphore
     info: Event
 
 
@@ -142,7 +147,7 @@ class _Connection(AsyncEventHandler):
 
     async def disconnect(self) -> None:
         self.answering.cancel()
-        await asyncio.wait({self.answering})  # its stream has stopped, and the engine is free for the next
+        await asyncio.wait({self.answering})  # its stream has stopped, and its place is free for the next
 
     def _take(self, event: Event) -> None:
         """Queue what answers `event`; _Refused or InputTextError where it cannot be spoken. Events of other kinds
@@ -235,8 +240,8 @@ class _Connection(AsyncEventHandler):
             pass
 
     async def _say(self, utterance: _Utterance) -> None:
-        """audio-start, the utterance's chunks as the engine decodes them, audio-stop: once the engine is free. The
-        stream runs on a thread; cancelling this (the client left) stops it at the next frame, and the engine is
+        """audio-start, the utterance's chunks as the engine decodes them, audio-stop: once a place is free. The
+        stream runs on a thread; cancelling this (the client left) stops it at the next frame, and its place is
         handed on only once it has."""
         rate_hz, stream = self.tts.sample_rate_hz, utterance.stream
         async with self.service.speaking:

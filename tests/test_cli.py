@@ -1,6 +1,7 @@
 """`parley chat` (by voice, push-to-talk and --text) and `parley say` on the speakers, end to end: the real
 command in a subprocess, speaking into PulseAudio's null sink and hearing the user_mic sink's monitor."""
 
+import json
 import os
 import queue
 import re
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -397,15 +399,18 @@ class Serving:
 
 
 def test_serve_speaks_for_openais_client_and_stops_on_ctrl_c(short_checkpoint, tmp_path):
-    """`parley serve` loads the model, says where it listens, answers the OpenAI client with audio (and logs the
-    request's TTFC and RTF), and Ctrl-C stops it."""
+    """`parley serve` loads the model, says where it listens, speaks as many at once as --concurrency says (its
+    health route tells), answers the OpenAI client with audio (and logs the request's TTFC and RTF), and Ctrl-C
+    stops it."""
     import openai
 
-    with Serving(["--port"], short_checkpoint, tmp_path) as served:
+    with Serving(["--concurrency", "3", "--port"], short_checkpoint, tmp_path) as served:
         assert f"at http://127.0.0.1:{served.port}/v1" in served.lines[-1]
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{served.port}/v1", api_key="none", max_retries=2)
         audio = client.audio.speech.create(model="parley", voice="ryan", input="Served.", response_format="pcm")
         assert len(audio.content) > 0 and len(audio.content) % 2 == 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{served.port}/health") as response:  # listening by now
+            assert json.load(response)["at_once"] == 3
         code, rest = served.stop()
     assert code == 0 and "speech: 7 characters, voice ryan: TTFC" in rest
 
@@ -470,6 +475,14 @@ def test_say_through_a_server_names_what_is_wrong(short_checkpoint, tmp_path, ca
             err = capsys.readouterr().err
             assert said in err and "Traceback" not in err, (args, err)
     assert not out.exists()
+
+
+def test_serve_refuses_a_concurrency_below_one(capsys):
+    from engine.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--concurrency", "0"])
+    assert "'0' is not a number of utterances; give 1 or more" in capsys.readouterr().err
 
 
 def test_serve_beyond_this_computer_needs_a_token(tmp_path, capsys):

@@ -94,10 +94,10 @@ def test_an_address_with_no_server_or_another_server_is_told(tmp_path):
 
 
 def test_a_busy_server_is_asked_again_then_the_error_says_so(short_tts, quick_retries):
-    """While the one request the server takes is spoken (max_waiting=0), another is refused with 429: the client
-    asks again a few times, then fails readably; once the server is free, the same engine speaks."""
+    """While the one request the server takes is spoken (concurrency=1, max_waiting=0), another is refused with 429:
+    the client asks again a few times, then fails readably; once the server is free, the same engine speaks."""
     held = HeldTTS(short_tts)
-    with Server(held, ServiceOptions(max_waiting=0)) as busy:
+    with Server(held, ServiceOptions(concurrency=1, max_waiting=0)) as busy:
         remote = connect_tts(busy.url)
         first = threading.Thread(target=lambda: remote.synthesize("First.", "ryan"))
         first.start()

@@ -85,7 +85,7 @@ def test_openais_client_streams_pcm_and_wav_in_the_voice_asked_for(server, short
 def test_models_and_health_say_what_is_served(server, short_tts):
     assert [m.id for m in client(server).models.list()] == [short_tts.folder.name]
     assert health(server) == {"status": "ok", "model": short_tts.folder.name, "speaking": 0, "waiting": 0,
-                              "at_once": 1, "max_waiting": 8}
+                              "at_once": 2, "max_waiting": 8}  # the CPU's default
 
 
 def test_parleys_own_voices_route_and_fields_name_the_voices_and_make_speech_reproducible(server, short_tts):
@@ -170,10 +170,10 @@ def health(server) -> dict:
 
 
 def test_requests_beyond_the_queue_are_refused_at_once_and_the_rest_are_served_in_turn(short_tts):
-    """One is spoken, max_waiting wait, and one more is a 429 at once, in the API's error shape (nothing crashes);
-    then every accepted request gets its audio, in turn."""
+    """One at a time: one is spoken, max_waiting wait, and one more is a 429 at once, in the API's error shape
+    (nothing crashes); then every accepted request gets its audio, in turn."""
     held = HeldTTS(short_tts)
-    with Server(held, ServiceOptions(max_waiting=1)) as small:
+    with Server(held, ServiceOptions(concurrency=1, max_waiting=1)) as small:
         sizes = []
 
         def ask():
@@ -199,7 +199,7 @@ def test_a_request_whose_client_leaves_while_it_waits_gives_up_its_place_and_is_
     """A client that hangs up while its request waits in the queue frees the place at once (health shows it, and a
     new request is taken, not refused), and the engine never starts its stream."""
     held = HeldTTS(short_tts)
-    with Server(held, ServiceOptions(max_waiting=1)) as small:
+    with Server(held, ServiceOptions(concurrency=1, max_waiting=1)) as small:
         first = threading.Thread(target=lambda: client(small).audio.speech.create(model="x", voice="ryan",
                                                                                  input="First."))
         first.start()
@@ -219,6 +219,42 @@ def test_a_request_whose_client_leaves_while_it_waits_gives_up_its_place_and_is_
         first.join(60)
         third.join(60)
         assert held.spoken == ["First.", "Third."]
+
+
+def test_openai_clients_at_once_are_spoken_together_each_its_own_speech(short_tts):
+    """Three openai clients at once with concurrency 3 are all speaking together (health says so while they are
+    held), a fourth waits and a fifth is refused (max_waiting 1); released, each gets exactly the engine's audio
+    for its own text and seed."""
+    held = HeldTTS(short_tts)
+    requests = [("First together.", 1), ("Second together.", 2), ("Third together.", 3), ("Fourth waits.", 4)]
+    got = {}
+
+    def ask(text, seed):
+        got[text] = client(small).audio.speech.create(model="x", voice="ryan", input=text, response_format="pcm",
+                                                      extra_body={"seed": seed}).content
+
+    with Server(held, ServiceOptions(concurrency=3, max_waiting=1)) as small:
+        threads = [threading.Thread(target=ask, args=request) for request in requests]
+        for thread in threads[:3]:
+            thread.start()
+        wait_for(lambda: health(small)["speaking"] == 3)
+        threads[3].start()
+        wait_for(lambda: health(small)["waiting"] == 1)
+        with pytest.raises(openai.APIStatusError) as refused:
+            client(small).audio.speech.create(model="x", voice="ryan", input="One too many.")
+        assert "speaks 3 requests at a time, and 1 is waiting already" in refused.value.body["message"]
+        assert health(small)["at_once"] == 3
+        held.release.set()
+        for thread in threads:
+            thread.join(60)
+    assert sorted(held.spoken[:3]) == sorted(text for text, _ in requests[:3]) and held.spoken[3] == "Fourth waits."
+    for text, seed in requests:
+        assert got[text] == pcm16(short_tts.synthesize(text, "ryan", seed=seed)).tobytes()
+
+
+def test_a_concurrency_below_one_is_refused():
+    with pytest.raises(ValueError, match="concurrency must be 1 or more requests spoken at once, got 0"):
+        ServiceOptions(concurrency=0)
 
 
 def wait_for(condition, timeout_s: float = 30.0) -> None:

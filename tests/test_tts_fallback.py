@@ -52,13 +52,13 @@ def test_out_of_memory_twice_is_raised(short_checkpoint):
     """A second OutOfMemoryError in the same stream (after the move) is raised, not retried for ever."""
     tts = load_tts(short_checkpoint)
     fail_at_frame(tts, 1)
-    real_move = tts.move_to_cpu
+    real_move = tts._move_to_cpu  # what a stream calls, in its turn
 
     def move_and_break():
         real_move()
         fail_at_frame(tts, 1)
 
-    tts.move_to_cpu = move_and_break
+    tts._move_to_cpu = move_and_break
     with pytest.raises(torch.OutOfMemoryError):
         list(tts.stream("Hello there.", "ryan", seed=5))
 

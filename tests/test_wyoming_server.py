@@ -39,13 +39,13 @@ class Server:
     """start_server(tts) on a free loopback port, its event loop on a thread of its own, as `parley serve --wyoming`
     runs it: until stopped, then server.stop()."""
 
-    def __init__(self, tts):
-        self.tts, self.port = tts, free_port()
+    def __init__(self, tts, concurrency=None):
+        self.tts, self.concurrency, self.port = tts, concurrency, free_port()
         self.started = threading.Event()
         self.thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True)
 
     async def _serve(self):
-        server = await start_server(self.tts, "127.0.0.1", self.port)
+        server = await start_server(self.tts, "127.0.0.1", self.port, self.concurrency)
         self.loop, self.stop = asyncio.get_running_loop(), asyncio.Event()
         self.started.set()
         await self.stop.wait()
@@ -259,10 +259,10 @@ class _Held:
 
 
 def test_two_clients_at_once_are_served_in_turn(tts):
-    """While one client's text is spoken, another's is taken (checked) but waits for the engine; once the first is
-    done, the second is spoken, and each gets its own speech whole."""
+    """With one utterance at a time: while one client's text is spoken, another's is taken (checked) but waits for
+    the engine; once the first is done, the second is spoken, and each gets its own speech whole."""
     held = HeldTTS(tts)
-    with Server(held) as small:
+    with Server(held, concurrency=1) as small:
         async def both():
             first = asyncio.create_task(ask(small.port, Synthesize(text="First in turn.")))
             await held.wait(lambda: held.spoken == ["First in turn."])
@@ -276,6 +276,27 @@ def test_two_clients_at_once_are_served_in_turn(tts):
     assert held.spoken == ["First in turn.", "Second in turn."]
     assert pcm(first) == spoken(tts, "First in turn.", "aiden")
     assert pcm(second) == spoken(tts, "Second in turn.", "aiden")
+
+
+def test_clients_up_to_the_concurrency_are_spoken_at_once_and_the_next_waits(tts):
+    """With two at once, two clients' texts are both speaking (each past its first chunk) while a third's is taken
+    but waits for a place; released, each of the three gets exactly its own speech."""
+    held = HeldTTS(tts)
+    texts = ["One at once.", "Two at once.", "Three waits."]
+    with Server(held, concurrency=2) as small:
+        async def three():
+            speaking = [asyncio.create_task(ask(small.port, Synthesize(text=text))) for text in texts[:2]]
+            await held.wait(lambda: sorted(held.spoken) == sorted(texts[:2]))
+            waiting = asyncio.create_task(ask(small.port, Synthesize(text=texts[2])))
+            await held.wait(lambda: texts[2] in held.made)
+            assert texts[2] not in held.spoken
+            held.release.set()
+            return await asyncio.gather(*speaking, waiting)
+
+        answers = asyncio.run(three())
+    assert held.spoken[2] == texts[2]
+    for text, answer in zip(texts, answers):
+        assert pcm(answer) == spoken(tts, text, "aiden")
 
 
 def test_a_client_that_leaves_mid_stream_cancels_its_speech_and_the_next_is_served(tts):
@@ -298,7 +319,7 @@ def test_a_client_that_leaves_while_it_waits_gives_up_its_place_and_is_never_spo
     """A client that hangs up while another's text is spoken leaves the queue: its text is never spoken, and the
     client after it is served next."""
     held = HeldTTS(tts)
-    with Server(held) as small:
+    with Server(held, concurrency=1) as small:
         async def scenario():
             first = asyncio.create_task(ask(small.port, Synthesize(text="First.")))
             await held.wait(lambda: held.spoken == ["First."])

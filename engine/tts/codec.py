@@ -552,10 +552,7 @@ class CodecDecoder(nn.Module):
                 CausalConv(dims[-1], 1, _DECODER_KERNEL),
             ]
         )
-        # Streaming, made on first use: the state the newest stream decodes on, that stream (weakly), and
-        # on CUDA the graphs captured on that state. The state is never reallocated: the graphs hold its addresses.
-        self._state: StreamState | None = None
-        self._owner: weakref.ref[CodecStream] | None = None
+        # on CUDA, made on first use: the stream call's graphs, which its streams replay (each on its own state)
         self._graphs: ChunkGraphs | None = None
 
     def forward(self, codes: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
@@ -605,11 +602,10 @@ class CodecDecoder(nn.Module):
     def stream(self, eager: bool = False) -> CodecStream:
         """A stateful decoder over this one's weights, for frames that arrive a few at a time.
 
-        The decoder keeps one StreamState for its streams; a new stream resets it in place and decodes
-        on it, on CUDA by replaying the decoder's graphs (one per chunk length, captured on the length's
-        first use or by warm_up). Use one stream at a time, from one thread, as TTSEngine does. An older
-        stream that is still used after a newer one started is not corrupted: the newer one first gives
-        it a private copy of its state, on which it goes on decoding, exactly but eagerly.
+        Each stream has a StreamState of its own, so streams may be interleaved call by call: one call at a
+        time (a decoder is not thread-safe; TTSEngine's streams call it in their turns). On CUDA a call replays
+        the decoder's graphs (one per chunk length, captured on the length's first use or by warm_up), which run
+        on a state of their own: the calling stream's is copied in where another stream's is there.
 
         Args:
             eager: run op by op even on CUDA: the same code without graphs, the reference they are
@@ -646,33 +642,21 @@ class CodecDecoder(nn.Module):
         lengths = list(chunk_frames)
         if any(frames < 1 for frames in lengths):
             raise ValueError(f"chunk lengths must be >= 1 frame, got {lengths}")
-        self._shared_state()
-        if self._graphs is not None:
+        graphs = self._chunk_graphs()
+        if graphs is not None:
             for frames in lengths:
-                self._graphs.graph(frames)
+                graphs.graph(frames)
 
     @property
     def captured_chunks(self) -> list[int]:
         """The chunk lengths (frames per call) whose stream graphs exist, smallest first; [] on the CPU."""
         return self._graphs.captured if self._graphs is not None else []
 
-    @torch.inference_mode()
-    def _claim(self, stream: CodecStream) -> StreamState:
-        """The shared state, reset for `stream`; the stream that held it, if still alive, keeps a copy."""
-        owner = self._owner() if self._owner is not None else None
-        if owner is not None:
-            owner._detach()
-        state = self._shared_state()
-        state.reset()
-        self._owner = weakref.ref(stream)
-        return state
-
-    def _shared_state(self) -> StreamState:
-        if self._state is None:
-            self._state = StreamState(self)
-            if self._state.values.is_cuda:
-                self._graphs = ChunkGraphs(self, self._state)
-        return self._state
+    def _chunk_graphs(self) -> ChunkGraphs | None:
+        """The stream call's graphs, made on first use; None on the CPU, where streams run eagerly."""
+        if self._graphs is None and self.pre_conv.conv.weight.is_cuda:
+            self._graphs = ChunkGraphs(self, StreamState(self))
+        return self._graphs
 
 
 class StreamState:
@@ -720,14 +704,14 @@ class StreamState:
 class CodecStream:
     """Decodes an utterance in pieces; the audio equals `CodecDecoder.decode` of all frames at once.
 
-    Decodes on its decoder's StreamState, on CUDA by replaying the decoder's graphs, until a newer
-    stream of that decoder starts; from then on on a private copy of its state, eagerly. Not thread-safe.
+    Carries its own StreamState from call to call; on CUDA the calls replay the decoder's graphs. Not thread-safe.
     """
 
+    @torch.inference_mode()
     def __init__(self, decoder: CodecDecoder, eager: bool = False):
         self._decoder = decoder
-        self._state = decoder._claim(self)
-        self._graphs = None if eager else decoder._graphs  # None: eager
+        self._state = StreamState(decoder)  # fresh: zeros
+        self._graphs = None if eager else decoder._chunk_graphs()  # None: eager
 
     @torch.inference_mode()
     def continue_from(self, context: StreamState) -> None:
@@ -750,21 +734,16 @@ class CodecStream:
         if self._graphs is None:
             return self._decoder(codes, self._state)  # which checks the codes
         self._decoder.check_codes(codes)
-        return self._graphs.decode(codes)
-
-    def _detach(self) -> None:
-        """A newer stream takes the shared state: go on from a private copy of it, eagerly."""
-        state = StreamState(self._decoder)
-        state.copy_(self._state)
-        self._state, self._graphs = state, None
+        return self._graphs.decode(codes, self._state)
 
 
 class ChunkGraphs:
-    """The stream call `decoder(codes, state)` as one CUDA graph per chunk length, on one StreamState.
+    """The stream call `decoder(codes, state)` as one CUDA graph per chunk length, on one StreamState of its own
+    at fixed addresses, into which each call's stream state is swapped.
 
     A length's graph is captured on its first use (or by CodecDecoder.warm_up), engine/tts/graphs.py's
     way. Its warm-up runs go to a scratch state (what they prepare depends on shapes, not addresses) and
-    capturing does not execute, so a live stream's state is untouched. The codes go in through a static
+    capturing does not execute, so the state a stream left here is untouched. The codes go in through a static
     tensor per length; each replay's output is cloned, as the lengths share one memory pool.
     """
 
@@ -772,6 +751,9 @@ class ChunkGraphs:
         # a proxy: the decoder holds this object, and without a reference cycle a decoder that is dropped frees
         # its GPU memory at once, not at some later garbage collection (as when the engine moves to the CPU)
         self._decoder, self._state = weakref.proxy(decoder), state
+        # the stream state whose contents are in self._state (its own tensors are stale meanwhile), weakly: the
+        # state of a stream that has ended is never copied back
+        self._holder: weakref.ref[StreamState] | None = None
         # frames -> (graph, (codes (frames, Q) int64 input, pcm (frames * frame_samples,) float32 output))
         self._graphs = GraphSet(state.values.device)
 
@@ -779,8 +761,15 @@ class ChunkGraphs:
     def captured(self) -> list[int]:
         return self._graphs.captured
 
-    def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        """The stream call on checked codes (n, Q): copy in, replay, copy out."""
+    def decode(self, codes: torch.Tensor, state: StreamState) -> torch.Tensor:
+        """The stream call on checked codes (n, Q) continuing `state`: copy in, replay, copy out. A stream decoding
+        alone copies its state once; streams taking turns swap theirs in and out, which copies are exact."""
+        holder = self._holder() if self._holder is not None else None
+        if holder is not state:
+            if holder is not None:
+                holder.copy_(self._state)
+            self._state.copy_(state)
+            self._holder = weakref.ref(state)
         graph, (inputs, pcm) = self.graph(codes.shape[0])
         inputs.copy_(codes)
         graph.replay()

@@ -32,7 +32,8 @@ BUCKETS = (16, 32, 64, 128, 256, 512)  # padded prompt lengths (rows), see above
 class PaddedPrefill:
     """Qwen3TTS.begin on static buffers of a few padded lengths: what PrefillGraphs captures, run eagerly.
 
-    One utterance begins at a time: the buffers are shared (TTSEngine is driven by one thread).
+    One utterance begins at a time: the buffers are shared (a TTSEngine's streams begin theirs in their turns,
+    engine/tts/turns.py), and begin() leaves nothing in them that the utterance reads later.
     """
 
     def __init__(self, model: Qwen3TTS, buckets: tuple[int, ...] = BUCKETS):

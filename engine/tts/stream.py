@@ -4,7 +4,8 @@
 model's speaker encoder and the codec's encoder too); `TTSEngine.stream` validates its input at once, then
 decodes lazily: each frame's 16 codes go through the stateful codec as soon as they are sampled, so the first
 chunk costs a prefill, one frame and one frame of codec decode. A Base model speaks in a voice that
-`TTSEngine.clone_voice` made from a recording (engine/tts/clone.py).
+`TTSEngine.clone_voice` made from a recording (engine/tts/clone.py). Several streams may be iterated at once, from
+threads of their own: they take turns on the engine a chunk at a time (engine/tts/turns.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from engine.text import clean_text
 from engine.tts.prompt import PromptBuilder, Voice, load_tokenizer, resolve_voice, split_text
 from engine.tts.sampling import Sampler, SamplingOptions, new_seed
 from engine.tts.speaker import SpeakerEncoder, load_speaker_encoder
+from engine.tts.turns import Turns
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +68,10 @@ class TTSStream:
     Leaving the loop (break, close(), an exception) stops at the next frame; another thread stops it
     with cancel(). `t_start` is when the text was handed over (the TTFC origin); `seed` reproduces it;
     `segments` is how many parts the text is spoken in (a Chunk's `segment` counts them from 0).
-    `notice` is None, or the GPUUnavailableError saying that the GPU ran out of memory and the engine
-    moved to the CPU; the segment that was speaking then started again from its first frame.
+    `notice` is None, or the GPUUnavailableError saying that the GPU ran out of memory (in this stream or another
+    one of the engine's) and the engine moved to the CPU; the segment that was speaking then started again from its
+    first frame. Streams of one engine may be iterated at once from different threads (each stream from one thread at
+    a time): each chunk is made in a turn of the engine's, given first come first served.
     """
 
     def __init__(self, run, seed: int, segments: int):
@@ -95,8 +99,13 @@ class TTSStream:
         self._chunks.close()
 
 
+class _Moved(Exception):
+    """Another stream's turn moved the engine to the CPU (its GPU ran out of memory): this one's segment starts
+    again there."""
+
+
 class TTSEngine:
-    """Qwen3-TTS on one device: speakers and languages from the checkpoint, speech as a stream."""
+    """Qwen3-TTS on one device: speakers and languages from the checkpoint, speech as a stream (several at once)."""
 
     def __init__(self, folder: Path, config: TTSConfig, model: Qwen3TTS, prompts: PromptBuilder, codec,
                  sampling: SamplingOptions, max_frames: int, precision: Precision,
@@ -114,6 +123,9 @@ class TTSEngine:
         # older GPU, ...): they run on PyTorch, slower; None where the megakernel runs or was not asked for
         self.megakernel_problem = megakernel_problem
         self.device = next(model.parameters()).device
+        # the device's turns: the model's buffers (the prefill's, the megakernel's, the codec graphs') serve one
+        # stream at a time, and each stream's own state lives in its own tensors between its turns
+        self._turns = Turns()
         self.dtype = getattr(torch, precision.activations)
         talker = config.talker
         vocab = talker.decoder.vocab_size
@@ -181,13 +193,22 @@ class TTSEngine:
         in precision "auto"; a CPU engine keeps its precision.
 
         For a GPU that ran out of memory: a stream does it itself (see TTSStream.notice), and whoever holds
-        this engine speaks on the CPU from then on. Another stream running on the GPU at the time fails.
+        this engine speaks on the CPU from then on. It waits for a turn, so no stream is mid-chunk; the streams
+        live then start their segment again on the CPU at their next turn, each with a notice.
 
         Raises:
             ModelFilesError: the checkpoint can no longer be read; the engine stays as it was.
         """
+        with self._turns.turn():
+            self._move_to_cpu()
+
+    def _move_to_cpu(self) -> None:
+        """move_to_cpu in a turn this thread holds: no other stream is between its frames. The others find the new
+        model at their next turn, and start their segment again on it (stream's _Moved)."""
         cpu = load_tts(self.folder, "cpu", precision=self.precision.setting if self.device.type == "cpu" else "auto")
+        turns = self._turns  # the one every stream waits on, held by this thread now
         self.__dict__.update(cpu.__dict__)
+        self._turns = turns
         _free_gpu()
 
     def stream(self, text: str, speaker: str | None = None, language: str | None = "auto", *,
@@ -223,12 +244,15 @@ class TTSEngine:
         sampling = sampling or self.default_sampling
         whole_text = self.config.model_type == "custom_voice" if whole_text is None else whole_text
 
-        def run(cancelled: threading.Event, stream: TTSStream) -> Iterator[Chunk]:
-            codec = self._codec_stream(resolved)
+        def speak(cancelled: threading.Event, stream: TTSStream) -> Iterator[Chunk]:
+            """The utterance's chunks; the work between two of them is one turn (run, below)."""
+            model, codec = self.model, self._codec_stream(resolved)
             size = 1
             for index, segment in enumerate(segments):
-                while True:  # once more on the CPU if the GPU runs out of memory
+                while True:  # once more on the CPU if the GPU runs out of memory, in this stream or another
                     try:
+                        if self.model is not model:
+                            raise _Moved
                         frames = self._checked(
                             self._frames(segment, resolved, seed ^ (index * 0x9E3779B9 & 0xFFFFFFFF), sampling,
                                          whole_text, cancelled, chunk_frames), seed, index)
@@ -238,6 +262,8 @@ class TTSEngine:
                             if len(pending) == size:
                                 yield self._chunk(codec, pending, index)
                                 pending, size = [], chunk_frames
+                                if self.model is not model:  # another stream's turn moved the engine meanwhile
+                                    raise _Moved
                         if pending and not cancelled.is_set():  # a cancelled stream yields nothing more
                             yield self._chunk(codec, pending, index)
                             size = chunk_frames
@@ -246,18 +272,39 @@ class TTSEngine:
                         if stream.notice is not None:  # already moved: the CPU cannot do better
                             raise
                         reason = str(e).split("\n")[0]
+                    except _Moved:
+                        reason = None
                     # outside the except clause, whose traceback holds the GPU state of the failed frames.
                     # The whole segment starts again: its first words are heard twice, none are missed.
                     frames = pending = codes = None
-                    log.warning("the GPU ran out of memory while speaking (%s); moving the speech model to the CPU",
-                                reason)
-                    self.move_to_cpu()
-                    stream.notice = GPUUnavailableError(
-                        f"the GPU ran out of memory while speaking ({reason}); Parley speaks on the CPU from now "
-                        "on (slower) and started the sentence again")
-                    codec = self._codec_stream(resolved)
+                    if reason is not None:
+                        log.warning("the GPU ran out of memory while speaking (%s); moving the speech model to the "
+                                    "CPU", reason)
+                        self._move_to_cpu()
+                        stream.notice = GPUUnavailableError(
+                            f"the GPU ran out of memory while speaking ({reason}); Parley speaks on the CPU from now "
+                            "on (slower) and started the sentence again")
+                    else:  # this stream's GPU state is dropped now: give it back
+                        _free_gpu()
+                        stream.notice = GPUUnavailableError(
+                            "the GPU ran out of memory while speaking another utterance; Parley speaks on the CPU "
+                            "from now on (slower) and started this sentence again")
+                    model, codec = self.model, self._codec_stream(resolved)
                 if cancelled.is_set():
                     return
+
+        def run(cancelled: threading.Event, stream: TTSStream) -> Iterator[Chunk]:
+            """speak()'s chunks, each made in a turn of this engine's: streams iterated at once take turns."""
+            chunks = speak(cancelled, stream)
+            try:
+                while not cancelled.is_set():  # a cancelled stream yields nothing more, so it asks for no turn
+                    with self._turns.turn():
+                        chunk = next(chunks, None)
+                    if chunk is None:
+                        return
+                    yield chunk
+            finally:
+                chunks.close()  # its frames' cleanup touches nothing another stream uses: no turn needed
 
         return TTSStream(run, seed, len(segments))
 

@@ -85,8 +85,8 @@ class FrameKernel:
         proj = cp.small_to_mtp_projection
         projected = isinstance(proj, torch.nn.Linear)
         H, Hp = self.cfg.decoder.hidden_size, self.cfg.predictor.hidden_size
+        # the next talker step's input, which a launch leaves for the next one of its stream (run keeps a copy)
         self.talker_in = _scratch(H, device)
-        self.hidden = _scratch(H, device)
         # logits, talker_in, and the predictor's inputs for its two-token first pass (predictor_in, predictor_src)
         self._scratch = [_scratch(max(self.cfg.decoder.vocab_size, self.cfg.predictor.vocab_size), device),
                          self.talker_in, _scratch(2 * Hp, device), _scratch(2 * H, device)]
@@ -106,22 +106,29 @@ class FrameKernel:
             per_launch: int = 1) -> Iterator[torch.Tensor]:
         """Codes (16,) of each frame from `state` (just after begin()) until EOS, `cap` frames, or cancel.
 
-        The first launch runs one frame (the lowest latency to first audio), later ones `per_launch`.
+        The first launch runs one frame (the lowest latency to first audio), later ones `per_launch`. Runs of
+        several streams may be interleaved launch by launch (the engine's turns; one launch at a time): what a
+        launch leaves for the next, the talker's state and its next input, is this run's own, and the kernel's
+        shared buffers (scratch, logits, the predictor's cache) are written before they are read in every launch.
         """
         if state.cache.capacity > MAX_POSITIONS:
             raise RuntimeError(f"KV cache of {state.cache.capacity} positions exceeds the kernel's {MAX_POSITIONS}")
         o, cache = sampler.options, state.cache
-        self.hidden.copy_(state.hidden.float())
+        hidden = state.hidden.to(torch.float32, copy=True)  # (H,) the talker's last state: each launch updates it
+        next_input = torch.empty_like(self.talker_in)  # (H,) this run's talker_in while another run's launches go
         advance = False
         while state.frame < cap and not cancelled.is_set():
             n = 1 if state.frame == 0 else min(per_launch, cap - state.frame)
-            codes = torch.empty((n, len(self._tables)), dtype=torch.int64, device=self.hidden.device)
+            codes = torch.empty((n, len(self._tables)), dtype=torch.int64, device=hidden.device)
+            if advance:  # the launch starts with a talker step on the input the previous launch left
+                self.talker_in.copy_(next_input)
             self.module.run_frames(
                 self.params, cache.k, cache.v, self.predictor_cache.k, self.predictor_cache.v, cache.length, advance,
                 state.frame, sampler.min_frames, sampler.eos_id, sampler.seed, o.repetition_penalty, o.temperature,
                 o.top_k, o.predictor_temperature, o.predictor_top_k, sampler.suppress.view(torch.uint8),
-                sampler.seen.view(torch.uint8), inputs.text_inputs(state.frame, n), self.hidden, codes,
+                sampler.seen.view(torch.uint8), inputs.text_inputs(state.frame, n), hidden, codes,
                 self.frames_done, self.blocks)
+            next_input.copy_(self.talker_in)
             done = int(self.frames_done.item())
             # talker steps taken: one before each frame but the launch's first (unless advancing),
             # and the EOS frame's too

@@ -1,0 +1,206 @@
+"""Several streams of one engine at once, from real threads: each gives exactly its solo run's codes and audio, a
+stream that asks waits for one turn of the others (not their utterances), and a cancel, a fault or the GPU running
+out of memory in one stream leaves the others' speech whole."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from engine.errors import GPUUnavailableError
+from engine.tts import SamplingOptions, load_tts
+from engine.tts import stream as stream_module
+from engine.tts.turns import Turns
+
+LONG = "This sentence is one of very many in a long text. " * 9  # 450 characters: two segments
+REQUESTS = [  # (text, speaker, seed, chunk_frames): one and two segments, chunks of 1, 3 and 4 frames
+    ("Hello there.", "ryan", 1, 4),
+    (LONG, "serena", 2, 1),
+    ("A second, shorter one.", "aiden", 3, 3),
+    ("Four at once.", "eric", 4, 4),
+]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread: on this shared two-core machine a second one waits at every barrier (the autouse
+    torch_threads fixture restores the count)."""
+    torch.set_num_threads(1)
+
+
+def speak(tts, request, sampling=None):
+    text, speaker, seed, chunk_frames = request
+    return tts.stream(text, speaker, seed=seed, chunk_frames=chunk_frames, sampling=sampling)
+
+
+def consume_at_once(streams, actions=None):
+    """Iterate every stream on a thread of its own, all starting together; returns each one's chunks and what
+    ended it (None, or its exception). actions[i](chunks) runs after each chunk of stream i."""
+    chunks = [[] for _ in streams]
+    errors = [None] * len(streams)
+    start = threading.Barrier(len(streams))
+
+    def consume(i):
+        start.wait()
+        try:
+            for chunk in streams[i]:
+                chunks[i].append(chunk)
+                if actions and i in actions:
+                    actions[i](chunks[i])
+        except Exception as e:
+            errors[i] = e
+
+    threads = [threading.Thread(target=consume, args=(i,)) for i in range(len(streams))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not any(thread.is_alive() for thread in threads)
+    return chunks, errors
+
+
+def assert_same_speech(got, want):
+    """Chunk for chunk the same codes, segments and samples (the same floats, not close ones)."""
+    assert [c.codes.shape[0] for c in got] == [c.codes.shape[0] for c in want]
+    for a, b in zip(got, want):
+        assert a.segment == b.segment
+        assert np.array_equal(a.codes, b.codes)
+        assert np.array_equal(a.pcm, b.pcm)
+
+
+@pytest.mark.parametrize("count", [2, 4])
+@pytest.mark.parametrize("sampling", [None, SamplingOptions.greedy()], ids=["sampled", "greedy"])
+def test_streams_at_once_give_exactly_their_solo_speech(short_tts, count, sampling):
+    """2 and 4 streams iterated at once from their own threads (one and two segments, chunks of 1, 3 and 4
+    frames) give each the codes and PCM of its run alone with the same seed, sampled and greedy, and their
+    chunks were made interleaved, not one utterance after another."""
+    requests = REQUESTS[:count]
+    solo = [list(speak(short_tts, r, sampling)) for r in requests]
+    together, errors = consume_at_once([speak(short_tts, r, sampling) for r in requests])
+    assert errors == [None] * count
+    for got, want in zip(together, solo):
+        assert_same_speech(got, want)
+    first_ends = min(chunks[-1].t_ready for chunks in together)
+    assert all(chunks[0].t_ready < first_ends for chunks in together)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("megakernel", [True, False], ids=["megakernel", "pytorch"])
+@pytest.mark.parametrize(
+    "sampling", [None, SamplingOptions.greedy(), SamplingOptions(top_p=0.8)], ids=["sampled", "greedy", "top_p"]
+)
+def test_cuda_streams_at_once_give_exactly_their_solo_speech(short_checkpoint, megakernel, sampling):
+    """On CUDA in bf16 (the prefill's and the codec's CUDA graphs; the megakernel's whole frames, or with top_p < 1
+    its one-token steps; or plain PyTorch) 4 streams at once from their own threads give each exactly its solo
+    codes and PCM: nothing a turn leaves in the engine's shared buffers reaches another stream."""
+    tts = load_tts(short_checkpoint, device="cuda", megakernel=megakernel)
+    solo = [list(speak(tts, r, sampling)) for r in REQUESTS]
+    together, errors = consume_at_once([speak(tts, r, sampling) for r in REQUESTS])
+    assert errors == [None] * len(REQUESTS)
+    for got, want in zip(together, solo):
+        assert_same_speech(got, want)
+
+
+def test_a_stream_asking_waits_for_one_turn_of_another_not_its_utterance(tiny_tts):
+    """A second stream's first chunk comes after at most the chunk the first stream was making when it asked and
+    one more (first come first served), long before the first stream ends."""
+    first = tiny_tts.stream("A long utterance goes on.", "ryan", seed=1, chunk_frames=1)  # 175 frames: no EOS
+    started, times = threading.Event(), []
+
+    def consume():
+        for chunk in first:
+            times.append(chunk.t_ready)
+            started.set()
+
+    thread = threading.Thread(target=consume)
+    thread.start()
+    assert started.wait(timeout=120)
+    asked = time.perf_counter()
+    second = next(tiny_tts.stream("Me too.", "serena", seed=2))
+    thread.join(timeout=600)
+    between = [t for t in times if asked < t < second.t_ready]
+    assert len(between) <= 2, f"{len(between)} chunks of the first stream came before the second's first"
+    assert second.t_ready < times[-1] and len(times) == 175
+
+
+def test_cancelling_one_stream_leaves_the_others_whole(short_tts):
+    """One of three streams cancelled (from its own thread) after its second chunk stops there; the other two
+    give exactly their solo speech."""
+    requests = [REQUESTS[0], (LONG, "vivian", 5, 1), REQUESTS[2]]
+    solo = [list(speak(short_tts, r)) for r in requests]
+    streams = [speak(short_tts, r) for r in requests]
+
+    def cancel_after_two(chunks):
+        if len(chunks) == 2:
+            streams[1].cancel()
+
+    together, errors = consume_at_once(streams, {1: cancel_after_two})
+    assert errors == [None] * 3
+    assert_same_speech(together[1], solo[1][:2])
+    assert_same_speech(together[0], solo[0])
+    assert_same_speech(together[2], solo[2])
+
+
+def test_a_stream_that_fails_leaves_the_others_whole(short_tts, monkeypatch):
+    """A stream whose sampler fails at its fourth frame raises in its own thread; the others give exactly their
+    solo speech, and the engine speaks on after (the failed stream's turn was handed on)."""
+    requests = [REQUESTS[0], (LONG, "vivian", 66, 1), REQUESTS[2]]
+    solo = [list(speak(short_tts, r)) for r in requests]
+
+    class Faulty(stream_module.Sampler):
+        def talker(self, logits, frame):
+            if frame == 3 and self.seed == 66:
+                raise RuntimeError("a fault in one stream")
+            return super().talker(logits, frame)
+
+    monkeypatch.setattr(stream_module, "Sampler", Faulty)
+    together, errors = consume_at_once([speak(short_tts, r) for r in requests])
+    assert isinstance(errors[1], RuntimeError) and errors[0] is None and errors[2] is None
+    assert_same_speech(together[1], solo[1][:3])
+    assert_same_speech(together[0], solo[0])
+    assert_same_speech(together[2], solo[2])
+    assert_same_speech(list(speak(short_tts, requests[0])), solo[0])
+
+
+def test_out_of_memory_in_one_stream_moves_every_live_stream_to_the_cpu(short_checkpoint, short_tts):
+    """Two streams interleaved chunk by chunk on one thread (turns are taken per chunk, so one thread may drive
+    both): the GPU running out of memory at one's third frame moves the engine in that stream's turn and restarts
+    its segment; the other, mid-segment, restarts its own at its next turn. Both then give their whole solo speech
+    after the chunks heard before, each with a notice saying why."""
+    tts = load_tts(short_checkpoint, precision="float32")
+    model = tts.model
+    real = model.sample_frame
+
+    def sample_frame(state, sampler):
+        if sampler.seed == 5 and state.frame == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(state, sampler)
+
+    model.sample_frame = sample_frame  # this model object only: the engine reloaded after it is clean
+    requests = [("Hello there.", "ryan", 5, 1), ("Another voice.", "serena", 6, 1)]
+    solo = [list(speak(short_tts, r)) for r in requests]
+    failing, other = (speak(tts, r) for r in requests)
+    heard = [[], [next(other)]]  # the other stream is one chunk into its segment on the old model
+    heard[0] += [next(failing), next(failing)]  # two frames, then the third runs out of memory
+    heard[0] += list(failing)
+    heard[1] += list(other)
+    assert tts.model is not model and tts.device == torch.device("cpu")
+    assert_same_speech(heard[0], solo[0][:2] + solo[0])
+    assert_same_speech(heard[1], solo[1][:1] + solo[1])
+    assert isinstance(failing.notice, GPUUnavailableError) and "2.00 GiB" in str(failing.notice)
+    assert isinstance(other.notice, GPUUnavailableError) and "another utterance" in str(other.notice)
+
+
+def test_a_thread_holding_the_turn_cannot_ask_again():
+    """Asking for a turn while holding it is an error, not a thread waiting for itself for ever; the turn is free
+    after."""
+    turns = Turns()
+    with turns.turn():
+        with pytest.raises(RuntimeError, match="while holding it"):
+            with turns.turn():
+                pass
+    with turns.turn():
+        pass
