@@ -19,7 +19,7 @@ except ImportError as e:  # an optional extra: say how to get it
     raise ImportError("Parley's Ray Serve deployment needs Ray Serve: pip install 'parley[ray]'") from e
 
 from engine.errors import ParleyError
-from engine.speech_server import ServiceOptions, create_app
+from engine.speech_server import DEFAULT_CONCURRENCY, ServiceOptions, create_app
 from engine.tts.cpu import PRECISIONS
 
 # requests a replica takes beside its queue's (one speaking, max_waiting waiting): GET /health, /v1/voices and
@@ -33,19 +33,23 @@ REPLICA_HEADER = "x-parley-replica"
 class SpeechDeploymentOptions:
     """What every replica serves. model: a checkpoint folder or hub id, found on each replica's machine as
     `parley serve --model` finds it ("" for $PARLEY_TTS_MODEL, else the default CustomVoice model). precision: a CPU
-    replica's arithmetic, as load_tts takes it (auto, float32, bf16, int8); a GPU replica uses its own. max_waiting:
-    requests that may wait in a replica behind the one it speaks.
+    replica's arithmetic, as load_tts takes it (auto, float32, bf16, int8); a GPU replica uses its own. concurrency:
+    requests a replica speaks at once (None: `parley serve`'s default for its device). max_waiting: requests that may
+    wait in a replica behind those it speaks.
 
     The token is not an option: each replica reads PARLEY_API_TOKEN from its own environment (that of `ray start` on
     its machine), so the secret stays out of the config file and Serve's dashboard."""
 
     model: str = ""
     precision: str = "auto"
+    concurrency: int | None = None
     max_waiting: int = 8
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision {self.precision!r}; choose one of: {', '.join(PRECISIONS)}")
+        if self.concurrency is not None and (type(self.concurrency) is not int or self.concurrency < 1):
+            raise ValueError(f"concurrency must be a whole number >= 1, got {self.concurrency!r}")
         if type(self.max_waiting) is not int or self.max_waiting < 0:
             raise ValueError(f"max_waiting must be a whole number >= 0, got {self.max_waiting!r}")
 
@@ -82,7 +86,7 @@ class SpeechReplica:
         on_gpu = bool(ray.get_gpu_ids())
         self.tts = load_tts(find_tts_model(options.model or None), device="cuda" if on_gpu else "cpu",
                             precision="auto" if on_gpu else options.precision)
-        self.service = ServiceOptions(token=token, max_waiting=options.max_waiting)
+        self.service = ServiceOptions(token=token, concurrency=options.concurrency, max_waiting=options.max_waiting)
         self.replica = serve.get_replica_context().replica_id.to_full_id_str()
 
     def __serve_build_asgi_app__(self):
@@ -116,5 +120,6 @@ def build_app(args: dict) -> serve.Application:
         ValueError: an unknown argument, precision or max_waiting (naming the valid ones).
     """
     options = SpeechDeploymentOptions.from_args(args)
-    # Serve sends a replica no more than this at once: its queue's requests and a few quick ones
-    return SpeechReplica.options(max_ongoing_requests=1 + options.max_waiting + QUICK_REQUESTS).bind(options)
+    # Serve sends a replica no more than this at once: those it speaks, its queue's and a few quick ones
+    at_once = options.concurrency or max(DEFAULT_CONCURRENCY.values())
+    return SpeechReplica.options(max_ongoing_requests=at_once + options.max_waiting + QUICK_REQUESTS).bind(options)

@@ -161,8 +161,9 @@ def test_the_replicas_ask_for_the_token_in_their_environment(cluster):
 
 @pytest.mark.parametrize("args, said", [
     ({"modle": "x"}, "unknown argument 'modle' for Parley's speech deployment; it takes: model, precision, "
-                     "max_waiting"),
+                     "concurrency, max_waiting"),
     ({"precision": "fast"}, "unknown precision 'fast'; choose one of: auto, float32, bf16, int8"),
+    ({"concurrency": 0}, "concurrency must be a whole number >= 1, got 0"),
     ({"max_waiting": -1}, "max_waiting must be a whole number >= 0, got -1"),
 ])
 def test_the_application_builder_names_a_wrong_argument(args, said):

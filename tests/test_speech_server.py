@@ -268,7 +268,7 @@ def test_a_request_the_asgi_server_cancels_while_it_waits_gives_up_its_place(sho
     """An ASGI server may cancel the request of a client that left, as Ray Serve's replicas do (uvicorn lets the
     handler see the client go instead): one cancelled while it waits frees its place at once and is never spoken."""
     held = HeldTTS(short_tts)
-    app = create_app(held, ServiceOptions(max_waiting=1))
+    app = create_app(held, ServiceOptions(concurrency=1, max_waiting=1))
 
     async def call(method: str, path: str, body: dict | None = None) -> list[dict]:
         """The ASGI messages the app sends for one request, whose client sends `body` and then waits."""
