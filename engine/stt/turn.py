@@ -2,11 +2,11 @@
 and from the words (`trails_off`), once they are transcribed.
 
 The model is Smart Turn v3.2 (Pipecat's open model, BSD-2-Clause: a Whisper-tiny encoder with a classifier, 8.7 MB,
-int8), which ships inside the pipecat-ai package. Parley installs that package without its dependencies and reads the
-model file only: pipecat-ai's own requirements (aiohttp, openai, numba, Pillow, ...) are not needed to run it, and its
-pins of soundfile and soxr conflict with Parley's. onnxruntime runs it on the CPU, on the Whisper log-mel features
-(faster-whisper's FeatureExtractor) of the last 8 s of the utterance, pause included, after zero-mean unit-variance
-normalisation, as Pipecat's LocalSmartTurnAnalyzerV3 does.
+int8), which ships inside the pipecat-ai package. The app installs that package without its dependencies and reads the
+model file only: pipecat-ai's own requirements (aiohttp, openai, numba, Pillow, ..., about 94 MB) are not needed to
+run it (the pipecat extra, for engine/pipecat_service.py, brings them). onnxruntime runs it on the CPU, on the Whisper
+log-mel features (faster-whisper's FeatureExtractor) of the last 8 s of the utterance, pause included, after zero-mean
+unit-variance normalisation, as Pipecat's LocalSmartTurnAnalyzerV3 does.
 """
 
 from __future__ import annotations
