@@ -1,11 +1,16 @@
 """The voices of Qwen3-TTS's CustomVoice models as a person reads them: a name, what the voice sounds like and the
-language it speaks best (each speaks every language the model does), after the model card; and the line a voice's
-preview says, a built-in one's or a saved one's (engine/voice_library.py). A voice of another checkpoint gets its id,
-tidied, and no description."""
+language it speaks best (each speaks every language the model does), after the model card; the line a voice's
+preview says, a built-in one's or a saved one's (engine/voice_library.py); and the model's language names as the ISO
+codes other programs (Wyoming, Pipecat) name them by. A voice of another checkpoint gets its id, tidied, and no
+description."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# The model's language names as ISO 639-1 codes, which other programs ask for a language by ("en-US": en)
+LANGUAGE_CODES = {"chinese": "zh", "english": "en", "french": "fr", "german": "de", "italian": "it", "japanese": "ja",
+                  "korean": "ko", "portuguese": "pt", "russian": "ru", "spanish": "es"}
 
 
 @dataclass(frozen=True)
@@ -46,3 +51,11 @@ def sample_line(speaker: str) -> str:
 def saved_sample_line(name: str) -> str:
     """What the preview of the saved voice `name` (as the user wrote it) says."""
     return f"Hello, this is {name}. This is how I will sound when I answer you."
+
+
+def model_language(languages: list[str], asked: str) -> str | None:
+    """The model's name, out of its `languages`, for a language asked for by its name ("English", "auto") or code
+    ("en", "en-US", "en_US"); None where the model does not speak it."""
+    asked = asked.lower()
+    code = asked.replace("_", "-").split("-")[0]
+    return next((name for name in languages if asked == name or LANGUAGE_CODES.get(name) == code), None)

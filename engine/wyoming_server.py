@@ -29,13 +29,10 @@ from engine.audio.wav import pcm16
 from engine.errors import InputTextError, ParleyError
 from engine.llm.clauses import ClauseSplitter
 from engine.speech_server import DEFAULT_CONCURRENCY, MAX_INPUT_CHARS
-from engine.voices import describe
+from engine.voices import LANGUAGE_CODES, describe, model_language
 
 log = logging.getLogger(__name__)
 
-# The model's language names as ISO 639-1 codes, which Home Assistant matches a pipeline's language ("en-US") against
-LANGUAGE_CODES = {"chinese": "zh", "english": "en", "french": "fr", "german": "de", "italian": "it", "japanese": "ja",
-                  "korean": "ko", "portuguese": "pt", "russian": "ru", "spanish": "es"}
 QWEN = Attribution(name="Qwen team, Alibaba Cloud (Qwen3-TTS)", url="https://github.com/QwenLM/Qwen3-TTS")
 
 
@@ -204,7 +201,7 @@ class _Connection(AsyncEventHandler):
             raise _Refused(f"no voice {name!r}; this model has {', '.join(self.tts.speakers)}", "unknown_voice")
         language = "auto"
         if asked is not None:
-            language = _model_language(self.tts, asked) if isinstance(asked, str) else None
+            language = model_language(self.tts.languages, asked) if isinstance(asked, str) else None
             if language is None:
                 spoken = ", ".join(f"{LANGUAGE_CODES.get(n, n)} ({n})" for n in self.tts.languages if n != "auto")
                 raise _Refused(f"no language {asked!r}; this model speaks {spoken}", "unknown_language")
@@ -296,11 +293,3 @@ def _speaker_for(tts, language: str) -> str:
     after the rest), else the model's first."""
     own = [speaker for speaker in tts.speakers if describe(speaker).language.lower().startswith(language)]
     return min(own, key=lambda speaker: describe(speaker).language.lower() != language, default=tts.default_speaker)
-
-
-def _model_language(tts, asked: str) -> str | None:
-    """The model's name for a language asked for by its name ("English", "auto") or code ("en", "en-US", "en_US");
-    None where the model does not speak it."""
-    asked = asked.lower()
-    code = asked.replace("_", "-").split("-")[0]
-    return next((name for name in tts.languages if asked == name or LANGUAGE_CODES.get(name) == code), None)
