@@ -8,6 +8,7 @@ records. It runs in its own runtime directory (a desktop's own PulseAudio is nev
 be up before sounddevice is first imported: PortAudio lists devices once, at import.
 """
 
+import asyncio
 import json
 import os
 import select
@@ -261,6 +262,57 @@ def base_checkpoint(tmp_path_factory):
 def short_base_checkpoint(base_checkpoint, tmp_path_factory):
     """The tiny Base checkpoint capped at 6 frames per segment, for quick streams in a saved voice."""
     return copy_checkpoint(base_checkpoint, tmp_path_factory.mktemp("ckpt") / "short-base", max_new_tokens=7)
+
+
+class HeldTTS:
+    """The real engine whose streams, after their first chunk, wait for `release` (or their cancel()): a request
+    holds the engine for as long as a test needs (the speech services' tests). `made`, `spoken` and `cancelled` list
+    the texts whose streams were made (the request taken), ran, and were cancelled."""
+
+    def __init__(self, tts):
+        self.tts, self.release = tts, threading.Event()
+        self.made, self.spoken, self.cancelled = [], [], []
+        self.changed = threading.Condition()
+
+    def __getattr__(self, name):
+        return getattr(self.tts, name)
+
+    def stream(self, text, *args, **kwargs):
+        self.note(self.made, text)
+        return _Held(self, text, self.tts.stream(text, *args, **kwargs))
+
+    def note(self, texts: list, text: str) -> None:
+        with self.changed:
+            texts.append(text)
+            self.changed.notify_all()
+
+    async def wait(self, condition) -> None:
+        """Until condition() holds (checked as each list grows); fails after a minute."""
+        def wait():
+            with self.changed:
+                assert self.changed.wait_for(condition, 60), "timed out"
+        await asyncio.to_thread(wait)
+
+
+class _Held:
+    def __init__(self, owner: HeldTTS, text: str, stream):
+        self.owner, self.text, self.stream = owner, text, stream
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+    def __iter__(self):
+        self.owner.note(self.owner.spoken, self.text)
+        chunks = iter(self.stream)
+        yield next(chunks)
+        self.owner.release.wait(60)
+        yield from chunks
+
+    def cancel(self):
+        self.stream.cancel()
+        if not self.owner.release.is_set():  # ended by the engine, a stream is cancelled too: that is no news
+            self.owner.note(self.owner.cancelled, self.text)
+            self.owner.release.set()
 
 
 # What the user records to clone their voice from: 6.4 s of espeak-ng's en-us at 150 words a minute, within the

@@ -20,7 +20,7 @@ from engine.audio.wav import pcm16
 from engine.llm.clauses import split_clauses
 from engine.speech_server import MAX_INPUT_CHARS
 from engine.wyoming_server import start_server
-from tests.conftest import copy_checkpoint
+from tests.conftest import HeldTTS, copy_checkpoint
 
 READ_TIMEOUT_S = 60
 
@@ -205,57 +205,6 @@ def test_a_bad_request_gets_an_error_event_and_the_server_goes_on(server, tts, r
 
     assert asyncio.run(ended()) is None
     assert pcm(asyncio.run(ask(server.port, Synthesize(text="Fine.")))) == spoken(tts, "Fine.", "aiden")
-
-
-class HeldTTS:
-    """The real engine whose streams, after their first chunk, wait for `release` (or their cancel()): a request
-    holds the engine for as long as a test needs. `made`, `spoken` and `cancelled` list the texts whose streams were
-    made (the request taken), ran, and were cancelled."""
-
-    def __init__(self, tts):
-        self.tts, self.release = tts, threading.Event()
-        self.made, self.spoken, self.cancelled = [], [], []
-        self.changed = threading.Condition()
-
-    def __getattr__(self, name):
-        return getattr(self.tts, name)
-
-    def stream(self, text, *args, **kwargs):
-        self.note(self.made, text)
-        return _Held(self, text, self.tts.stream(text, *args, **kwargs))
-
-    def note(self, texts: list, text: str) -> None:
-        with self.changed:
-            texts.append(text)
-            self.changed.notify_all()
-
-    async def wait(self, condition) -> None:
-        """Until condition() holds (checked as each list grows); fails after a minute."""
-        def wait():
-            with self.changed:
-                assert self.changed.wait_for(condition, 60), "timed out"
-        await asyncio.to_thread(wait)
-
-
-class _Held:
-    def __init__(self, owner: HeldTTS, text: str, stream):
-        self.owner, self.text, self.stream = owner, text, stream
-
-    def __getattr__(self, name):
-        return getattr(self.stream, name)
-
-    def __iter__(self):
-        self.owner.note(self.owner.spoken, self.text)
-        chunks = iter(self.stream)
-        yield next(chunks)
-        self.owner.release.wait(60)
-        yield from chunks
-
-    def cancel(self):
-        self.stream.cancel()
-        if not self.owner.release.is_set():  # ended by the engine, a stream is cancelled too: that is no news
-            self.owner.note(self.owner.cancelled, self.text)
-            self.owner.release.set()
 
 
 def test_two_clients_at_once_are_served_in_turn(tts):
