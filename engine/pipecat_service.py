@@ -6,14 +6,12 @@ the engine's 24 kHz (Pipecat's default output rate), or resampled with soxr to t
 The service has the shape of Pipecat's own local ones (pipecat/services/kokoro, piper): the base class opens each
 utterance with TTSStartedFrame and closes it with TTSStoppedFrame, and measures TTFB from the text handed over to
 the first audio. An interruption (or the pipeline's end) cancels the stream at its next frame, and nothing of it is
-heard after; the engine speaks one utterance at a time, whichever service or pipeline holds it.
+heard after. Several services (pipelines) may share one engine: their streams take turns on it a chunk at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
-import weakref
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
@@ -38,11 +36,6 @@ from engine.voice_library import VoiceLibrary
 from engine.voices import model_language
 
 __all__ = ["ParleyTTSService", "ParleyTTSSettings"]
-
-# One utterance at a time on each engine: its model holds one stream's state. Shared by every service speaking with
-# the engine, as two pipelines may.
-_ENGINE_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
 
 @dataclass
 class ParleyTTSSettings(TTSSettings):
@@ -83,7 +76,6 @@ class ParleyTTSService(TTSService):
         self._tts, self._seed = tts, seed
         self._voices = voices or VoiceLibrary()
         self._saved = None  # (name, ClonedVoice) of the saved voice last spoken in: its codec state stays with it
-        self._engine = _ENGINE_LOCKS.setdefault(tts, threading.Lock())
         store = self.Settings(model=tts.folder.name, voice=tts.default_speaker, language="auto", style=None)
         if settings is not None:
             store.apply_update(settings)
@@ -117,8 +109,7 @@ class ParleyTTSService(TTSService):
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue = asyncio.Queue()
         # the default executor: asyncio.run waits for its threads, so the loop outlives a stream still stopping
-        loop.run_in_executor(None, _speak, stream, self._engine, self._tts.sample_rate_hz, self.sample_rate, loop,
-                             chunks)
+        loop.run_in_executor(None, _speak, stream, self._tts.sample_rate_hz, self.sample_rate, loop, chunks)
         try:
             while (pcm := await chunks.get()) is not None:
                 if isinstance(pcm, BaseException):
@@ -155,22 +146,19 @@ async def _speakable(text: str, text_type: str) -> str:
     return text if has_words(text) else ""
 
 
-def _speak(stream, engine: threading.Lock, from_hz: int, to_hz: int, loop: asyncio.AbstractEventLoop,
-           out: asyncio.Queue) -> None:
-    """Runs `stream` on this thread once the engine is free, handing `out` each chunk as 16-bit PCM bytes at to_hz,
-    then the exception that ended it (if one did), then None. Each utterance has a resampler of its own, flushed at
-    its end: nothing of one is heard in the next."""
+def _speak(stream, from_hz: int, to_hz: int, loop: asyncio.AbstractEventLoop, out: asyncio.Queue) -> None:
+    """Runs `stream` on this thread (taking turns with any other stream of the engine), handing `out` each chunk as
+    16-bit PCM bytes at to_hz, then the exception that ended it (if one did), then None. Each utterance has a resampler
+    of its own, flushed at its end: nothing of one is heard in the next."""
     def hand(item) -> None:
         loop.call_soon_threadsafe(out.put_nowait, item)
 
     try:
-        with engine:
-            resampler = None if from_hz == to_hz else soxr.ResampleStream(from_hz, to_hz, 1, dtype="float32",
-                                                                          quality="HQ")
-            for chunk in stream:
-                hand(pcm16(chunk.pcm if resampler is None else resampler.resample_chunk(chunk.pcm)).tobytes())
-            if resampler is not None and not stream.cancelled:
-                hand(pcm16(resampler.resample_chunk(np.zeros(0, np.float32), last=True)).tobytes())
+        resampler = None if from_hz == to_hz else soxr.ResampleStream(from_hz, to_hz, 1, dtype="float32", quality="HQ")
+        for chunk in stream:
+            hand(pcm16(chunk.pcm if resampler is None else resampler.resample_chunk(chunk.pcm)).tobytes())
+        if resampler is not None and not stream.cancelled:
+            hand(pcm16(resampler.resample_chunk(np.zeros(0, np.float32), last=True)).tobytes())
     except BaseException as e:  # raised in run_tts, which reports it
         hand(e)
     finally:
