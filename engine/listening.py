@@ -22,7 +22,7 @@ import numpy as np
 from engine.audio.devices import silence_error
 from engine.errors import AudioDeviceError, AudioDeviceLostError, user_message
 from engine.events import DeviceLost, DeviceRestored, Level, Partial, SpeechStarted, TurnFailed
-from engine.stt.turn import trails_off
+from engine.stt.turn import judge_words
 from engine.stt.vad import BLOCK_SAMPLES, SAMPLE_RATE_HZ, Endpointer, Mode, SileroVad, SpeechStart, VadOptions
 
 log = logging.getLogger(__name__)
@@ -184,8 +184,9 @@ class Listener:
         vad: the Silero model for the Endpointer; loaded from faster-whisper when None.
         turn_model: the end-of-turn model (engine/stt/turn.py TurnModel) the Endpointer asks after a short pause,
             or None: the pause alone ends a turn. Where the model says the user has finished, the turn ends once the
-            pause's early transcript is made and its words do not trail off (engine/stt/turn.py trails_off): that
-            text is the turn's, which it would wait for anyway.
+            pause's early transcript is made and its words do not trail off, and where it says the user goes on, words
+            that end a sentence end the turn after VadOptions.sentence_ms (engine/stt/turn.py judge_words): that text
+            is the turn's, which it would wait for anyway.
     Raises:
         ModelFilesError: the Silero VAD model is missing.
     """
@@ -194,7 +195,7 @@ class Listener:
                  vad: SileroVad | None = None, turn_model=None):
         self.microphone, self.options, self._owner, self._closing, self._ahead = (microphone, options, owner,
                                                                                   closing, ahead)
-        words = self._words_finished if ahead is not None else None
+        words = self._words if ahead is not None else None
         self._endpointer = Endpointer(options.vad, options.mode, vad, turn_model, words)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         # (stream sample where a block starts, its t_captured): places the end of speech in time
@@ -204,11 +205,11 @@ class Listener:
         self._hearing = False  # an utterance is being collected
         self._utterance = 0  # counts utterances, so a late partial of an earlier one is dropped
 
-    def _words_finished(self, key: tuple[int, int]) -> bool | None:
-        """The Endpointer's check of a pause the end-of-turn model took for the end: None until the early transcript
-        of the turn `key` is made, then whether its words end the sentence."""
+    def _words(self, key: tuple[int, int]):
+        """The Endpointer's judge of a pause's words: None until the early transcript of the turn `key` is made, then
+        what its end says (Words)."""
         transcript = self._ahead.made_early(key)
-        return None if transcript is None else not trails_off(transcript.text, transcript.language)
+        return None if transcript is None else judge_words(transcript.text, transcript.language)
 
     # -- commands, from any thread ---------------------------------------------------------------------------
 

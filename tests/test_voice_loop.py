@@ -492,3 +492,28 @@ def test_a_pause_the_voice_calls_finished_but_the_words_leave_hanging_keeps_the_
         finished = events.wait_for(TurnFinished)
     text = finished.result.user_text.lower()
     assert "table" in text and "people" in text and len(events.of(Heard)) == 1, text
+
+
+def test_a_finished_sentence_the_voice_seems_to_go_on_from_ends_its_turn_before_the_longest_pause(parts, user_mic,
+                                                                                                   speak):
+    """The question, 3 s of silence, another sentence, with a 4 s longest pause: the end-of-turn model hears
+    espeak-ng's question going on (checked below), but its early transcript ends a sentence, so the pause ends the turn
+    (after VadOptions.sentence_ms, once the words are in): two turns, where the voice alone would make one of both."""
+    from engine.stt.turn import TurnModel
+    from tests.stt.conftest import silence, voiced_span
+
+    model = TurnModel()
+    first = speak(QUESTION)
+    lo, hi = voiced_span(first)
+    assert model.probability(np.concatenate([first[lo:hi], silence(0.2)])) < 0.5  # the voice alone would wait
+    dialogue, mic = parts
+    events = Events()
+    loop = VoiceLoop(dialogue, mic, options=VoiceOptions(vad=VadOptions(silence_ms=4000), echo_cancellation=False),
+                     turn_model=model)
+    loop.subscribe(events)
+    loop.start()
+    with loop:
+        user_mic(np.concatenate([first, np.zeros(48_000, np.float32), speak(SECOND_QUESTION)]))
+        events.wait_for(TurnFinished, count=2)
+    heard = [h.text.lower() for h in events.of(Heard)]
+    assert len(heard) == 2 and QUESTION_WORD in heard[0] and SECOND_WORD in heard[1], heard

@@ -1,5 +1,5 @@
 """End of turn from the voice itself: whether a pause is the end of what the user wanted to say, or a pause for thought;
-and from the words (`trails_off`), once they are transcribed.
+and from the words (`judge_words`), once they are transcribed.
 
 The model is Smart Turn v3.2 (Pipecat's open model, BSD-2-Clause: a Whisper-tiny encoder with a classifier, 8.7 MB,
 int8), which ships inside the pipecat-ai package. The app installs that package without its dependencies and reads the
@@ -11,6 +11,7 @@ unit-variance normalisation, as Pipecat's LocalSmartTurnAnalyzerV3 does.
 
 from __future__ import annotations
 
+import enum
 import logging
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from engine.models import package_folder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HOW_TO_GET", "TurnModel", "trails_off", "turn_model_path"]
+__all__ = ["HOW_TO_GET", "TurnModel", "Words", "judge_words", "trails_off", "turn_model_path"]
 
 SAMPLE_RATE_HZ = 16_000
 WINDOW_S = 8  # the model's input: the last 8 s, zeros before shorter audio
@@ -112,3 +113,29 @@ def trails_off(text: str, language: str) -> bool:
     words = text.rstrip(".,;:-–— ").split()
     return bool(words) and words[-1].strip("\"'“”‘’()").lower() in _TRAILING
 
+
+
+class Words(enum.Enum):
+    """What the end of a turn's transcript says (judge_words)."""
+
+    TRAILING = "trailing"  # it stops mid-sentence: more is coming, whatever the voice did
+    OPEN = "open"  # no sign either way: the voice decides
+    SENTENCE = "sentence"  # a sentence ends there plainly: finished, though the voice may sound as if it goes on
+
+
+_FINAL_MARKS = (".", "?", "!", "。", "？", "！")
+
+
+def judge_words(text: str, language: str) -> Words:
+    """Whether a transcript (in `language`, a Whisper code) trails off (trails_off), ends a sentence (its final mark,
+    after a word a sentence can end on: in English, "Could you remind me to?" is Whisper's mark on a hanging voice),
+    or neither (no final mark: "dark green")."""
+    if trails_off(text, language):
+        return Words.TRAILING
+    text = text.strip()
+    if not text.endswith(_FINAL_MARKS):
+        return Words.OPEN
+    words = text.rstrip("".join(_FINAL_MARKS) + " ").split()
+    if language == "en" and words and words[-1].strip("\"'“”‘’()").lower() in _TRAILING:
+        return Words.OPEN
+    return Words.SENTENCE

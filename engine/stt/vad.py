@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import ModelFilesError, ModelMissingError
+from engine.stt.turn import Words
 
 SAMPLE_RATE_HZ = 16000
 BLOCK_SAMPLES = 512  # the model's window at 16 kHz: 32 ms
@@ -105,6 +106,9 @@ class VadOptions:
         pause, when the model says the user has not finished).
     turn_check_ms: hands-free, with an end-of-turn model: the pause after which it is asked whether the user has
         finished; yes ends the turn there, no waits for more speech or silence_ms.
+    sentence_ms: hands-free, with an end-of-turn model and the words of the pause: the pause after which words that
+        end a sentence end the turn though the model said the user goes on (a voice may sound unfinished after a
+        finished sentence: synthetic ones often do, and many people's).
     turn_threshold: the model's probability of a complete turn at or above which it ends (its own cut, 0.5).
     pre_roll_ms: audio kept before the first speech block (the model notices onsets a little late).
     tail_ms: audio kept after the last speech block (word endings fade below the threshold).
@@ -116,6 +120,7 @@ class VadOptions:
     min_speech_ms: int = 150
     silence_ms: int = 700
     turn_check_ms: int = 200
+    sentence_ms: int = 600
     turn_threshold: float = 0.5
     pre_roll_ms: int = 300
     tail_ms: int = 200
@@ -130,7 +135,7 @@ class VadOptions:
             )
         if not 0.0 < self.turn_threshold < 1.0:
             raise ValueError(f"turn_threshold must be between 0 and 1, got {self.turn_threshold}")
-        for name in ("min_speech_ms", "silence_ms", "turn_check_ms", "pre_roll_ms", "tail_ms"):
+        for name in ("min_speech_ms", "silence_ms", "turn_check_ms", "sentence_ms", "pre_roll_ms", "tail_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.max_turn_s <= 0:
@@ -186,20 +191,21 @@ def split_blocks(audio: np.ndarray) -> Iterator[np.ndarray]:
 class Endpointer:
     """Finds turns in a stream of 16 kHz blocks: `feed(block)` returns the events it completes.
 
-    Hands-free: a turn starts when speech lasts min_speech_ms and ends after silence_ms of silence, or, with an
-    end-of-turn model (engine/stt/turn.py TurnModel), after turn_check_ms of it where the model says the user has
-    finished and `words_finished(key)`, where given, agrees about the turn that would end (key: its start and end
-    samples, as ending_turn() gives them): True ends it, False keeps listening (for more speech or silence_ms), None
-    (its words are not transcribed yet) asks again at the next block. Push-to-talk: `press()` and `release()` bound
-    the turn; silence never ends it, and the audio handed back is trimmed to the speech inside (plus pre-roll and
+    Hands-free: a turn starts when speech lasts min_speech_ms and ends after silence_ms of silence, or sooner with
+    an end-of-turn model (engine/stt/turn.py TurnModel), asked after turn_check_ms of it. Where the model says the
+    user has finished, that ends the turn; with `words(key)` given, which judges the words of the turn that would end
+    (key: its start and end samples, as ending_turn() gives them; None while they are not transcribed, asked again
+    at the next block), only once words that do not trail off agree. Where the model says the user goes on, words
+    that end a sentence end the turn after sentence_ms. Push-to-talk: `press()` and `release()` bound the turn;
+    silence never ends it, and the audio handed back is trimmed to the speech inside (plus pre-roll and
     tail). Not thread-safe: one capture loop feeds it.
     """
 
     def __init__(self, options: VadOptions | None = None, mode: Mode | str = Mode.HANDS_FREE,
                  vad: SileroVad | None = None, turn_model=None,
-                 words_finished: Callable[[tuple[int, int]], bool | None] | None = None):
+                 words: Callable[[tuple[int, int]], Words | None] | None = None):
         self.options = options or VadOptions()
-        self.turn_model, self.words_finished = turn_model, words_finished
+        self.turn_model, self.words = turn_model, words
         try:
             self.mode = Mode(mode)
         except ValueError:
@@ -211,6 +217,7 @@ class Endpointer:
         self._tail = round(o.tail_ms * SAMPLE_RATE_HZ / 1000)
         self._silence = round(o.silence_ms * SAMPLE_RATE_HZ / 1000)
         self._turn_check = round(o.turn_check_ms * SAMPLE_RATE_HZ / 1000)
+        self._sentence = round(o.sentence_ms * SAMPLE_RATE_HZ / 1000)
         self._min_speech = round(o.min_speech_ms * SAMPLE_RATE_HZ / 1000)
         self._max_turn = round(o.max_turn_s * SAMPLE_RATE_HZ)
         # enough past blocks to reach back pre_roll_ms before a speech run of min_speech_ms
@@ -236,6 +243,7 @@ class Endpointer:
         self._silence_start: int | None = None
         self._asked = False  # the end-of-turn model was asked about the pause under way
         self._model_done = False  # ... and said the user has finished
+        self._verdict: Words | None = None  # the pause's words, once judged
 
     @property
     def in_turn(self) -> bool:
@@ -282,7 +290,7 @@ class Endpointer:
                 paused = None if self._silence_start is None else self._pos - self._silence_start
                 if paused is not None and paused >= self._silence:
                     events.append(self._finish("silence"))
-                elif paused is not None and paused >= self._turn_check and self._finished():
+                elif paused is not None and paused >= self._turn_check and self._finished(paused):
                     events.append(self._finish("complete"))
                 elif self._pos - self._origin >= self._max_turn:
                     events.append(self._finish("max-length", trim_end=False))
@@ -349,24 +357,25 @@ class Endpointer:
             self._last_speech_end = start + BLOCK_SAMPLES
             self._speech_samples += BLOCK_SAMPLES
             self._silence_start = None
-            self._asked = False
+            self._asked, self._verdict = False, None
         elif silent and self._silence_start is None and self._first_speech is not None:
             self._silence_start = start
 
-    def _finished(self) -> bool:
-        """Whether the end-of-turn model, asked once a pause, says the user has finished (always False without one),
-        and the words, once transcribed, do not trail off."""
+    def _finished(self, paused: int) -> bool:
+        """Whether the pause under way (`paused` samples of it) ends the turn, as the class docstring says; the model is
+        asked once a pause, the words until they are transcribed."""
         if self.turn_model is None:
             return False
         if not self._asked:
             self._asked = True
             self._model_done = self.turn_model.probability(np.concatenate(self._blocks)) >= self.options.turn_threshold
-        if not self._model_done or self.words_finished is None:
+        if self.words is None:
             return self._model_done
-        verdict = self.words_finished((self._begin_sample(), self.ending_sample))
-        if verdict is False:
-            self._model_done = False  # the words hang: wait for more of them, or for the longest pause
-        return bool(verdict)
+        if self._verdict is None and (self._model_done or paused >= self._sentence):
+            self._verdict = self.words((self._begin_sample(), self.ending_sample))
+        if self._verdict is Words.SENTENCE:
+            return True
+        return self._model_done and self._verdict is Words.OPEN
 
     def _finish(self, reason: str, trim_end: bool = True) -> Turn:
         turn = self._turn(reason, min(self._last_speech_end + self._tail, self._pos) if trim_end else self._pos)

@@ -8,7 +8,7 @@ import pytest
 from engine.errors import ModelFilesError, ModelMissingError
 from engine.stt import BLOCK_SAMPLES, SAMPLE_RATE_HZ, Endpointer, SileroVad, Turn, VadOptions, split_blocks
 from engine.stt import turn as turn_module
-from engine.stt.turn import TurnModel, trails_off
+from engine.stt.turn import TurnModel, Words, judge_words, trails_off
 from tests.stt.conftest import silence
 
 FINISHED = "What time does the store close?"
@@ -104,22 +104,58 @@ def test_words_left_hanging_are_told_from_a_finished_sentence(text, language, ha
     assert trails_off(text, language) is hanging
 
 
-def test_the_endpointer_ends_a_finished_sounding_turn_only_once_its_words_agree(model, voiced):
-    """The model calls the question finished after 200 ms; the words' verdict decides: None (not transcribed yet)
-    asks again at each block, True ends the turn there ("complete"), False waits for the longest pause. The key
-    asked about is the turn's own (its start and end samples)."""
+@pytest.mark.parametrize("text, language, words", [
+    ("What is a good book to read?", "en", Words.SENTENCE),
+    ("Turn the lights on.", "en", Words.SENTENCE),
+    ("Wie spät ist es?", "de", Words.SENTENCE),
+    ("今何時ですか？", "ja", Words.SENTENCE),
+    ("I want to book a table for.", "en", Words.TRAILING),
+    ("So, um...", "en", Words.TRAILING),
+    ("Could you remind me to?", "en", Words.OPEN),  # Whisper's question mark on a voice left hanging
+    ("Dark green", "en", Words.OPEN),  # no mark: the voice decides
+    ("", "en", Words.OPEN),
+])
+def test_the_words_say_whether_a_sentence_ended(text, language, words):
+    assert judge_words(text, language) is words
+
+
+def ended(audio, speech_end: int, model, judged):
+    """(reason, ms after the end of speech, the keys asked about) of the one turn of `audio`, the words of its pause
+    judged `judged` from the tenth time they are asked for (~320 ms to transcribe them)."""
+    asked = []
+
+    def words(key):
+        asked.append(key)
+        return None if len(asked) < 10 else judged
+
+    endpointer = Endpointer(VadOptions(silence_ms=2000, turn_check_ms=200, sentence_ms=600), turn_model=model,
+                            words=words)
+    return (*ends(endpointer, audio, speech_end), asked)
+
+
+def test_a_finished_sounding_turn_ends_only_once_its_words_agree(model, voiced):
+    """The model calls the question finished after 200 ms, and its words are asked for then: words that do not trail
+    off end the turn when they come ("complete"); trailing ones wait for the longest pause. The key asked about is the
+    turn's own (its start and end samples), and the words are not asked for again once judged."""
     speech = voiced(FINISHED)
     audio = np.concatenate([silence(0.5), speech, silence(3.0)])
     end_of_speech = len(silence(0.5)) + len(speech)
-    for verdict, reason, low, high in ((True, "complete", 500, 900), (False, "silence", 2000, 2300)):
-        asked = []
+    for judged, reason, low, high in ((Words.OPEN, "complete", 500, 900), (Words.SENTENCE, "complete", 500, 900),
+                                      (Words.TRAILING, "silence", 2000, 2300)):
+        got, waited_ms, asked = ended(audio, end_of_speech, model, judged)
+        assert got == reason and low <= waited_ms <= high, (judged, got, waited_ms)
+        assert len(set(asked)) == 1 and len(asked) == 10
 
-        def words(key, verdict=verdict):
-            asked.append(key)
-            return None if len(asked) < 10 else verdict  # ten blocks (~320 ms) to transcribe
 
-        endpointer = Endpointer(VadOptions(silence_ms=2000, turn_check_ms=200), turn_model=model,
-                                words_finished=words)
-        got, waited_ms = ends(endpointer, audio, end_of_speech)
-        assert got == reason and low <= waited_ms <= high, (verdict, got, waited_ms)
-        assert len(set(asked)) == 1 and len(asked) == 10  # one turn's key; not asked again once it answered
+def test_words_that_end_a_sentence_end_a_turn_the_voice_calls_unfinished(model, voiced):
+    """The model hears "well, so, um" going on, so its words are not asked for until sentence_ms of the pause: words
+    that end a sentence then end the turn when they come; words with no sign either way, or trailing ones, leave it to
+    the longest pause."""
+    speech = voiced(THINKING)
+    audio = np.concatenate([silence(0.5), speech, silence(3.0)])
+    end_of_speech = len(silence(0.5)) + len(speech)
+    for judged, reason, low, high in ((Words.SENTENCE, "complete", 900, 1300), (Words.OPEN, "silence", 2000, 2300),
+                                      (Words.TRAILING, "silence", 2000, 2300)):
+        got, waited_ms, asked = ended(audio, end_of_speech, model, judged)
+        assert got == reason and low <= waited_ms <= high, (judged, got, waited_ms)
+        assert len(set(asked)) == 1 and len(asked) == 10
