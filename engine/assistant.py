@@ -338,14 +338,7 @@ class Assistant:
         self.metrics = MetricsRecorder()
 
         self._advance()
-        self._speech = speech_choice(config)
-        if self._speech.server:
-            from engine.speech_client import connect_tts
-
-            self._progress(f"speech model (asking the speech server at {self._speech.server})")
-            self.tts = connect_tts(self._speech.server, config.speech_token)
-        else:
-            self._load_tts()
+        self._open_speech()
 
         self._advance()
         from engine.stt import Transcriber, TranscriberOptions
@@ -377,6 +370,17 @@ class Assistant:
         self._advance()
         self._start_loop(self._new_dialogue())
         self._advance()
+
+    def _open_speech(self) -> None:
+        """The speech engine the config names: a speech server's, or a model on this computer."""
+        self._speech = speech_choice(self.config)
+        if self._speech.server:
+            from engine.speech_client import connect_tts
+
+            self._progress(f"speech model (asking the speech server at {self._speech.server})")
+            self.tts = connect_tts(self._speech.server, self.config.speech_token)
+        else:
+            self._load_tts()
 
     def _load_tts(self) -> None:
         """The speech model of self._speech, on this computer."""
@@ -490,17 +494,26 @@ class Assistant:
 
     def apply(self, config: AssistantConfig) -> None:
         """New settings: the voice and the prompt are taken by the conversation in place, the listening options by a
-        new voice loop over it (Ready); new models or devices mean a new load() (see AssistantConfig.models_differ),
-        which this does. A voice the model cannot take leaves the old one (Notice)."""
+        new voice loop over it, another speech model or server by the conversation carrying on over it (Ready); other
+        new models or devices mean a new load() (see AssistantConfig.models_differ), which this does. A voice the
+        model cannot take leaves the old one (Notice).
+
+        Raises:
+            ModelFilesError, SpeechServerError, ...: the new models could not be opened; everything is closed, after
+                LoadFailed said so (as load()).
+        """
         try:
             speech = speech_choice(config)
         except ParleyError:  # the load says what is missing, at its step
             speech = None
-        if (self.loop is None or self.config.models_differ(config) or speech is None
-                or speech.folder != self._speech.folder):
+        if self.loop is None or self.config.models_differ(config):
             self.close()
             self.config = config
             self.load()
+            return
+        if (self.config.speech_model_setting != config.speech_model_setting or speech is None
+                or speech.folder != self._speech.folder):
+            self._reopen_speech(config)
             return
         from engine.llm.chat import DEFAULT_SYSTEM_PROMPT
 
@@ -525,6 +538,25 @@ class Assistant:
             if self.loop is None:  # closed before the new one failed: the old settings' loop again
                 self._start_loop(self.dialogue)
             self._emit(Notice(str(e), e, "applying the settings"))
+        self._emit(Ready(self.info))
+
+    def _reopen_speech(self, config: AssistantConfig) -> None:
+        """Another speech engine (a model, or a server) under the conversation going on: the loop stops, the old
+        engine goes (its memory is the new one's), the new one opens (Loading at the speech model's step) and the
+        conversation carries on over it (Ready); the language model and Whisper stay loaded. Where the new one cannot
+        be opened, everything is closed, as after a failed load() (LoadFailed)."""
+        conversation = self.dialogue.conversation
+        self._close_loop()
+        self.config, self.tts, self._speech = config, None, None
+        self._step = STEPS.index("speech model")
+        try:
+            self._progress()
+            self._open_speech()
+            self._start_loop(self._new_dialogue(conversation))
+        except Exception as e:
+            self.close()
+            self._emit(LoadFailed(STEPS[self._step], e))
+            raise
         self._emit(Ready(self.info))
 
     # -- the conversation: commands --------------------------------------------------------------------------

@@ -95,19 +95,19 @@ class AssistantConfig:
             setting.check(getattr(self, setting.name))
 
     def models_differ(self, other: AssistantConfig) -> bool:
-        """Whether going from self to other needs the models or sound devices opened anew (not just the voice), by
-        the settings: from a speaker to a saved voice or back changes the speech model (CustomVoice, Base). Whether
-        a saved voice can be spoken at all, and by which Base model, its file says: the Assistant looks there too. A
-        speech server named, another one, or another token, changes it too."""
+        """Whether going from self to other needs the models or sound devices opened anew, but for the speech model
+        (speech_model_setting says which settings name that: the Assistant opens another under the conversation
+        going on)."""
         heavy = ("stt_model", "llm_model", "input_device", "output_device", "device", "history_file",
                  "chat_options", "voice_input", "live_transcript")
-        return (any(getattr(self, name) != getattr(other, name) for name in heavy)
-                or self.speech_model_setting != other.speech_model_setting)
+        return any(getattr(self, name) != getattr(other, name) for name in heavy)
 
     @property
     def speech_model_setting(self) -> tuple[str, ...]:
         """("server", speech_server, speech_token) where a speech server speaks, else ("base", base_model) where a
-        saved voice is chosen, else ("custom", tts_model): which settings name the speech model."""
+        saved voice is chosen, else ("custom", tts_model): which settings name the speech model. From a speaker to a
+        saved voice or back changes it (CustomVoice, Base); whether a saved voice can be spoken at all, and by which
+        Base model, its file says: the Assistant looks there too."""
         if self.speech_server:
             return "server", self.speech_server, self.speech_token
         return ("base", self.base_model) if self.saved_voice else ("custom", self.tts_model)

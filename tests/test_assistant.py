@@ -227,7 +227,8 @@ def test_a_speech_server_speaks_in_place_of_the_speech_model_and_switching_back_
                                                                                        tmp_path, sound_server):
     """With a speech server in the settings, loading asks it what it speaks (Ready names it, and its voices), typed
     speech is spoken through it with its figures, a saved voice gives way with the reason; a server that went away
-    fails the turn readably and the next one works once it is back; choosing this computer again loads the model."""
+    fails the turn readably and the next one works once it is back; choosing this computer again loads the model,
+    and only it: the conversation carries on with the same language model."""
     from engine.errors import SpeechServerError
     from engine.events import SavedVoiceUnavailable
     from tests.test_speech_server import Server
@@ -250,12 +251,41 @@ def test_a_speech_server_speaks_in_place_of_the_speech_model_and_switching_back_
             assert isinstance(failed.error, SpeechServerError) and "cannot reach the speech server" in failed.message
             with Server(short_tts, port=server.port):
                 assert turn(assistant, events, assistant.speak, "Back again.").metrics.tts_ttfc_ms > 0
-            loads = len(events.of(Loading))
+            loads, chat, conversation = len(events.of(Loading)), assistant.chat, assistant.dialogue.conversation_id
             assistant.apply(replace(config, speech_server=""))
             info = events.of(Ready)[-1].info
-            assert len(events.of(Loading)) > loads and info.speech_server == "" and info.tts_model == short_tts.folder
+            assert info.speech_server == "" and info.tts_model == short_tts.folder
+            # only the speech model opened anew, under the same conversation
+            assert {e.step for e in events.of(Loading)[loads:]} == {"speech model"} and assistant.chat is chat
+            assert assistant.dialogue.conversation_id == conversation
+            assert turn(assistant, events, assistant.speak, "Here again.").metrics.tts_ttfc_ms > 0
         finally:
             assistant.close()
+
+
+def test_switching_to_a_speech_server_that_cannot_be_reached_fails_at_the_speech_model_and_closes(base_config,
+                                                                                               sound_server):
+    """From the model on this computer to a server that is not there: the switch fails at the speech model's step
+    (LoadFailed, and apply raises), everything is closed as after a failed load, and settings that work load again."""
+    import socket
+
+    from engine.errors import SpeechServerError
+
+    config = replace(base_config, voice_input=False)
+    assistant, events = loaded(config)
+    try:
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            url = f"http://127.0.0.1:{free.getsockname()[1]}"
+        with pytest.raises(SpeechServerError, match=f"cannot reach the speech server at {url} "):
+            assistant.apply(replace(config, speech_server=url))
+        assert events.of(LoadFailed)[-1].step == "speech model"
+        assert assistant.loop is None and assistant.chat is None and assistant.tts is None
+        assistant.apply(config)
+        assert events.of(Ready)[-1].info.tts_model.name == base_config.tts_model.rsplit("/", 1)[-1]
+        assert turn(assistant, events, assistant.speak, "Working again.").metrics.tts_ttfc_ms > 0
+    finally:
+        assistant.close()
 
 
 def test_a_speech_server_that_cannot_be_reached_fails_loading_at_the_speech_model(base_config):

@@ -90,11 +90,11 @@ def test_a_saved_voice_and_the_base_model_are_kept_and_change_the_speech_model(t
                                                                        "aiden")
     speaker = AssistantConfig(speaker="aiden")
     assert config.speech_model_setting == ("base", "/m/base") and speaker.speech_model_setting == ("custom", "")
-    assert speaker.models_differ(config) and config.models_differ(speaker)
-    assert not config.models_differ(replace(config, saved_voice="Zoe", speaker="ryan"))
-    assert not speaker.models_differ(replace(speaker, speaker="ryan", base_model="/other"))
-    assert config.models_differ(replace(config, base_model="/other"))
-    assert not config.models_differ(replace(config, tts_model="/other"))
+    assert speaker.speech_model_setting != config.speech_model_setting and not speaker.models_differ(config)
+    assert config.speech_model_setting == replace(config, saved_voice="Zoe", speaker="ryan").speech_model_setting
+    assert speaker.speech_model_setting == replace(speaker, speaker="ryan", base_model="/other").speech_model_setting
+    assert config.speech_model_setting != replace(config, base_model="/other").speech_model_setting
+    assert config.speech_model_setting == replace(config, tts_model="/other").speech_model_setting
 
 
 def test_a_speech_server_and_its_token_are_kept_and_change_the_speech_model(tmp_path):
@@ -106,6 +106,8 @@ def test_a_speech_server_and_its_token_are_kept_and_change_the_speech_model(tmp_
     served = load_config(path)
     assert (served.speech_server, served.speech_token) == ("http://192.168.1.20:8000", "s3cret, \"quoted\"")
     assert served.speech_model_setting == ("server", "http://192.168.1.20:8000", "s3cret, \"quoted\"")
-    assert served.models_differ(replace(served, speech_server="")) and served.models_differ(
-        replace(served, speech_token="other")) and served.models_differ(replace(served, speech_server="http://b:1"))
-    assert not served.models_differ(replace(served, saved_voice="Zoe", tts_model="/other", base_model="/x"))
+    for other in (replace(served, speech_server=""), replace(served, speech_token="other"),
+                  replace(served, speech_server="http://b:1")):
+        assert other.speech_model_setting != served.speech_model_setting and not other.models_differ(served)
+    unused = replace(served, saved_voice="Zoe", tts_model="/other", base_model="/x")
+    assert unused.speech_model_setting == served.speech_model_setting
