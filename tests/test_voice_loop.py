@@ -48,11 +48,12 @@ def parts(user_mic, chat, short_tts, transcriber, tmp_path):
         yield dialogue, mic
 
 
-def run_loop(dialogue, mic, **options):
+def run_loop(dialogue, mic, turn_model=None, **options):
     events = Events()
     # user_mic is a headset: Parley's voice never reaches it, so no echo canceller (tests/audio/test_echo.py
     # has the loop with open speakers)
-    loop = VoiceLoop(dialogue, mic, options=VoiceOptions(**{"vad": VAD, "echo_cancellation": False, **options}))
+    loop = VoiceLoop(dialogue, mic, options=VoiceOptions(**{"vad": VAD, "echo_cancellation": False, **options}),
+                     turn_model=turn_model)
     loop.subscribe(events)
     loop.start()
     return loop, events
@@ -482,11 +483,7 @@ def test_a_pause_the_voice_calls_finished_but_the_words_leave_hanging_keeps_the_
     lo, hi = voiced_span(first)
     assert model.probability(np.concatenate([first[lo:hi], silence(0.2)])) > 0.5  # the voice alone would end it
     dialogue, mic = parts
-    events = Events()
-    loop = VoiceLoop(dialogue, mic, options=VoiceOptions(vad=VadOptions(silence_ms=2000), echo_cancellation=False),
-                     turn_model=model)
-    loop.subscribe(events)
-    loop.start()
+    loop, events = run_loop(dialogue, mic, model, vad=VadOptions(silence_ms=2000))
     with loop:
         user_mic(np.concatenate([first, np.zeros(16_000, np.float32), speak("four people.")]))
         finished = events.wait_for(TurnFinished)
@@ -507,11 +504,7 @@ def test_a_finished_sentence_the_voice_seems_to_go_on_from_ends_its_turn_before_
     lo, hi = voiced_span(first)
     assert model.probability(np.concatenate([first[lo:hi], silence(0.2)])) < 0.5  # the voice alone would wait
     dialogue, mic = parts
-    events = Events()
-    loop = VoiceLoop(dialogue, mic, options=VoiceOptions(vad=VadOptions(silence_ms=4000), echo_cancellation=False),
-                     turn_model=model)
-    loop.subscribe(events)
-    loop.start()
+    loop, events = run_loop(dialogue, mic, model, vad=VadOptions(silence_ms=4000))
     with loop:
         user_mic(np.concatenate([first, np.zeros(48_000, np.float32), speak(SECOND_QUESTION)]))
         events.wait_for(TurnFinished, count=2)

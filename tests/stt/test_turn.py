@@ -133,29 +133,22 @@ def ended(audio, speech_end: int, model, judged):
     return (*ends(endpointer, audio, speech_end), asked)
 
 
-def test_a_finished_sounding_turn_ends_only_once_its_words_agree(model, voiced):
+@pytest.mark.parametrize("text, judged, reason, low, high", [
+    (FINISHED, Words.OPEN, "complete", 500, 900),
+    (FINISHED, Words.SENTENCE, "complete", 500, 900),
+    (FINISHED, Words.TRAILING, "silence", 2000, 2300),
+    (THINKING, Words.SENTENCE, "complete", 900, 1300),
+    (THINKING, Words.OPEN, "silence", 2000, 2300),
+    (THINKING, Words.TRAILING, "silence", 2000, 2300),
+])
+def test_the_words_of_a_pause_have_the_last_word(model, voiced, text, judged, reason, low, high):
     """The model calls the question finished after 200 ms, and its words are asked for then: words that do not trail
-    off end the turn when they come ("complete"); trailing ones wait for the longest pause. The key asked about is the
-    turn's own (its start and end samples), and the words are not asked for again once judged."""
-    speech = voiced(FINISHED)
+    off end the turn when they come ("complete"), trailing ones wait for the longest pause. It hears "well, so, um"
+    going on, so its words are not asked for until sentence_ms of the pause: words that end a sentence then end the
+    turn when they come; words with no sign either way, or trailing ones, leave it to the longest pause. The key asked
+    about is the turn's own (its start and end samples), and the words are not asked for again once judged."""
+    speech = voiced(text)
     audio = np.concatenate([silence(0.5), speech, silence(3.0)])
-    end_of_speech = len(silence(0.5)) + len(speech)
-    for judged, reason, low, high in ((Words.OPEN, "complete", 500, 900), (Words.SENTENCE, "complete", 500, 900),
-                                      (Words.TRAILING, "silence", 2000, 2300)):
-        got, waited_ms, asked = ended(audio, end_of_speech, model, judged)
-        assert got == reason and low <= waited_ms <= high, (judged, got, waited_ms)
-        assert len(set(asked)) == 1 and len(asked) == 10
-
-
-def test_words_that_end_a_sentence_end_a_turn_the_voice_calls_unfinished(model, voiced):
-    """The model hears "well, so, um" going on, so its words are not asked for until sentence_ms of the pause: words
-    that end a sentence then end the turn when they come; words with no sign either way, or trailing ones, leave it to
-    the longest pause."""
-    speech = voiced(THINKING)
-    audio = np.concatenate([silence(0.5), speech, silence(3.0)])
-    end_of_speech = len(silence(0.5)) + len(speech)
-    for judged, reason, low, high in ((Words.SENTENCE, "complete", 900, 1300), (Words.OPEN, "silence", 2000, 2300),
-                                      (Words.TRAILING, "silence", 2000, 2300)):
-        got, waited_ms, asked = ended(audio, end_of_speech, model, judged)
-        assert got == reason and low <= waited_ms <= high, (judged, got, waited_ms)
-        assert len(set(asked)) == 1 and len(asked) == 10
+    got, waited_ms, asked = ended(audio, len(silence(0.5)) + len(speech), model, judged)
+    assert got == reason and low <= waited_ms <= high, (got, waited_ms)
+    assert len(set(asked)) == 1 and len(asked) == 10
