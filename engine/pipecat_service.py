@@ -37,6 +37,7 @@ from engine.voices import model_language
 
 __all__ = ["ParleyTTSService", "ParleyTTSSettings"]
 
+
 @dataclass
 class ParleyTTSSettings(TTSSettings):
     """What the service speaks in; each may change while the pipeline runs (TTSUpdateSettingsFrame).
