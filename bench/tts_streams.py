@@ -1,0 +1,105 @@
+"""Several utterances at once through the speech engine's public API: N concurrent TTSStreams of one engine, N = 1, 2,
+4, 8, 16, 32 (issue 27's streams benchmark; bench/serve_load.py measures the same through the HTTP service).
+
+Method: a random-weight checkpoint (each utterance capped at --max-frames frames, as random weights rarely stop) or
+--model, loaded once. For each N, N threads each iterate one stream of the same sentence (seed = the stream's number,
+so every stream samples its own codes), all started together. TTFC: stream() called -> its first chunk in host
+memory. A stream's RTF: its wall time / its audio's length. Aggregate x-real-time: all the audio made / the level's
+wall time. The streams take turns on the engine a chunk at a time (engine/tts/turns.py): each is slowed by the others,
+none waits for their whole utterances. Baseline in the same run: N = 1.
+
+    python bench/tts_streams.py                             # tiny checkpoint, CPU
+    python bench/tts_streams.py --size 0.6b --device cuda --streams 1,2,4,8,16,32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from voice_loop import random_checkpoint  # noqa: E402
+
+TEXT = "Parley speaks this sentence in every stream at once, each in its own voice of random codes."
+
+
+def level(tts, streams: int, voice: str | None) -> tuple[list[dict], float]:
+    """Each stream's figures with `streams` at once, and the level's wall time."""
+    results: list[dict] = [{} for _ in range(streams)]
+    start = threading.Barrier(streams + 1)
+
+    def speak(i: int) -> None:
+        start.wait()
+        t0 = time.perf_counter()
+        first, samples = None, 0
+        for chunk in tts.stream(TEXT, voice, seed=i):
+            first = first or chunk.t_ready
+            samples += chunk.pcm.size
+        results[i] = {"ttfc_ms": (first - t0) * 1000, "wall_s": time.perf_counter() - t0,
+                      "audio_s": samples / tts.sample_rate_hz}
+
+    threads = [threading.Thread(target=speak, args=(i,)) for i in range(streams)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    return results, time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="tiny", choices=["tiny", "0.6b"], help="random checkpoint size")
+    parser.add_argument("--model", help="a TTS checkpoint folder instead of a random one")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--max-frames", type=int, default=50, help="random checkpoint: frames an utterance (4 s)")
+    parser.add_argument("--streams", default="1,2,4,8,16,32", help="the levels, comma-separated")
+    parser.add_argument("--json", help="also write every level's figures to this JSON file")
+    args = parser.parse_args(argv)
+
+    from engine.tts import load_tts
+
+    work = Path(tempfile.mkdtemp(prefix="parley-bench-"))
+    try:
+        tts = load_tts(args.model or random_checkpoint(work, args.size, args.max_frames), device=args.device)
+        voice = tts.default_speaker
+        level(tts, 1, voice)  # warm-up: first-use costs (kernel build, graphs, allocator) stay out of the figures
+        rows = []
+        for streams in (int(n) for n in args.streams.split(",")):
+            results, wall = level(tts, streams, voice)
+            ttfc = [r["ttfc_ms"] for r in results]
+            rtf = [r["wall_s"] / r["audio_s"] for r in results]
+            rows.append({"streams": streams, "ttfc_p50_ms": float(np.percentile(ttfc, 50)),
+                         "ttfc_p95_ms": float(np.percentile(ttfc, 95)), "rtf_p50": float(np.median(rtf)),
+                         "rtf_max": max(rtf), "faster_than_real_time": sum(r < 1 for r in rtf),
+                         "aggregate_xrt": sum(r["audio_s"] for r in results) / wall})
+            print(f"{streams} streams: {wall:.1f} s", file=sys.stderr)
+        kernel = "megakernel" if tts.model.frame_kernel is not None else "PyTorch"
+        print(f"\n{tts.folder.name} on {tts.device} ({kernel}, {tts.precision.setting}), {TEXT!r}, "
+              f"<= {args.max_frames} frames an utterance\n")
+        print("| streams | TTFC p50 ms | TTFC p95 ms | per-stream RTF p50 | worst RTF | faster than real time | "
+              "aggregate x-real-time |")
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['streams']} | {r['ttfc_p50_ms']:.0f} | {r['ttfc_p95_ms']:.0f} | {r['rtf_p50']:.3f} | "
+                  f"{r['rtf_max']:.3f} | {r['faster_than_real_time']} of {r['streams']} | {r['aggregate_xrt']:.2f} |")
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
