@@ -3,8 +3,9 @@
 A decode frame reads every talker and code-predictor weight 16 times over (one talker step, 15 predictor
 steps): 1.6 G weights for the 0.6B model, 6.3 GB in float32, so a CPU spends the frame waiting on memory.
 `choose_precision` picks what this processor multiplies fastest, `quantize` swaps the linear layers of a
-model loaded in float32 for int8 ones (4x fewer bytes, fbgemm's int8 GEMM) or prepacked bfloat16 ones.
-bench/tts_cpu.py measures the speed, bench/tts_cpu_quality.py the agreement with float32.
+model loaded in float32 for int8 ones (4x fewer bytes, fbgemm's int8 GEMM) or prepacked bfloat16 ones, each
+layer's q/k/v and gate/up stacked into one product (QKVPrologue, SwiGLU: the same outputs, bit for bit, from
+fewer and larger calls). bench/tts_cpu.py measures the speed, bench/tts_cpu_quality.py the agreement with float32.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ class Int8Linear(nn.Module):
         return weight.int_repr(), weight.q_per_channel_scales().float(), bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2:  # the decoder layers' (T, in): no reshape, whose two ops cost a quarter of a small product
+        if x.dim() == 2:  # the decoder layers' (T, in) as it is: a reshape and a view are 4 of a call's ~20 us
             return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
         rows = x.reshape(-1, x.shape[-1])  # fbgemm takes 2-D input
         return torch.ops.quantized.linear_dynamic(rows, self.packed, self.reduce_range).view(*x.shape[:-1], -1)
@@ -161,9 +162,9 @@ class BF16Linear(nn.Module):
 
 class QKVPrologue(nn.Module):
     """Attention.forward up to its attention (Attention.prologue) with q, k and v from one product, and q and k
-    RMSNorm'd and rotated together: model.py's arithmetic in fewer, larger ops. A decode step is a few hundred
-    small ops, each costing microseconds of dispatch whatever its size, and fbgemm reads one 4096 x 1024 matrix
-    faster than the three it stacks (about 0.22 against 0.29 ms on one core)."""
+    RMSNorm'd and rotated together: model.py's arithmetic in fewer, larger ops. Each fbgemm call costs about 15 us
+    whatever its size and reads a wide matrix faster than narrow ones, and a frame runs 108 decoder layers: this
+    and SwiGLU took the 0.6B model's code-predictor frame from 99 to 86 ms on one core (talker step 34 to 32)."""
 
     def __init__(self, attention: Attention, linear: type[nn.Module]):
         super().__init__()
