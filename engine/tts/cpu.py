@@ -3,8 +3,9 @@
 A decode frame reads every talker and code-predictor weight 16 times over (one talker step, 15 predictor
 steps): 1.6 G weights for the 0.6B model, 6.3 GB in float32, so a CPU spends the frame waiting on memory.
 `choose_precision` picks what this processor multiplies fastest, `quantize` swaps the linear layers of a
-model loaded in float32 for int8 ones (4x fewer bytes, fbgemm's int8 GEMM) or prepacked bfloat16 ones.
-bench/tts_cpu.py measures the speed, bench/tts_cpu_quality.py the agreement with float32.
+model loaded in float32 for int8 ones (4x fewer bytes, fbgemm's int8 GEMM) or prepacked bfloat16 ones, each
+layer's q/k/v and gate/up stacked into one product (QKVPrologue, SwiGLU: the same outputs, bit for bit, from
+fewer and larger calls). bench/tts_cpu.py measures the speed, bench/tts_cpu_quality.py the agreement with float32.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from engine.tts.codec import CausalTransposedConv, CodecDecoder
-from engine.tts.model import Qwen3TTS
+from engine.tts.model import MLP, Attention, KVCache, Qwen3TTS, rotate_half
 
 PRECISIONS = ("auto", "float32", "bf16", "int8")
 
@@ -83,21 +85,34 @@ def choose_precision(setting: str) -> Precision:
     return Precision("int8", "int8", "float32", codec)
 
 
+def _stacked(linears: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weights (out, in) and biases (out,) or None of linears of one input, stacked by rows: one layer whose
+    output is theirs side by side."""
+    weight = torch.cat([linear.weight.detach() for linear in linears])
+    biases = [linear.bias for linear in linears]
+    if any(bias is None for bias in biases):
+        assert all(bias is None for bias in biases), "stacked linears have a bias each or none"
+        return weight, None
+    return weight, torch.cat([bias.detach() for bias in biases])
+
+
 class Int8Linear(nn.Module):
-    """A linear layer with int8 weights, one scale per output channel (symmetric, rounded to nearest).
+    """A linear layer with int8 weights, one scale per output channel (symmetric, rounded to nearest); given several
+    linears of one input, their outputs side by side from one product.
 
     fbgemm multiplies int8 by int8: each call quantizes its input to 8 bits with one scale (7 bits without
-    VNNI, whose absence makes 8-bit products saturate), so a step reads a quarter of float32's bytes.
+    VNNI, whose absence makes 8-bit products saturate), so a step reads a quarter of float32's bytes. Stacked
+    linears give the same outputs as separate ones (one input scale, a scale per output channel either way).
     """
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, *linears: nn.Linear):
         super().__init__()
-        weight = linear.weight.detach().float()  # (out, in)
+        weight, bias = _stacked(linears)
+        weight = weight.float()  # (out, in)
         scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127  # (out,)
         ints = torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8)
         self.out_features, self.in_features = weight.shape
-        bias = None if linear.bias is None else linear.bias.detach().float()
-        self.pack(ints, scale, bias)
+        self.pack(ints, scale, None if bias is None else bias.float())
         self.reduce_range = not torch.cpu._is_vnni_supported()
 
     def pack(self, ints: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -116,6 +131,8 @@ class Int8Linear(nn.Module):
         return weight.int_repr(), weight.q_per_channel_scales().float(), bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:  # the decoder layers' (T, in) as it is: a reshape and a view are 4 of a call's ~20 us
+            return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
         rows = x.reshape(-1, x.shape[-1])  # fbgemm takes 2-D input
         return torch.ops.quantized.linear_dynamic(rows, self.packed, self.reduce_range).view(*x.shape[:-1], -1)
 
@@ -125,14 +142,16 @@ class Int8Linear(nn.Module):
 
 class BF16Linear(nn.Module):
     """A bfloat16 linear layer whose weight oneDNN has reordered once for its kernels (F.linear reorders it on
-    every call: 0.6 against 1.0 ms for a 3072 x 1024 matrix-vector product on one AVX512-BF16 core)."""
+    every call: 0.6 against 1.0 ms for a 3072 x 1024 matrix-vector product on one AVX512-BF16 core); given several
+    linears of one input, their outputs side by side from one product."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, *linears: nn.Linear):
         super().__init__()
-        weight = linear.weight.detach().to(torch.bfloat16)
+        weight, bias = _stacked(linears)
+        weight = weight.to(torch.bfloat16)
         self.out_features, self.in_features = weight.shape
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
-        self.bias = None if linear.bias is None else linear.bias.detach().to(torch.bfloat16)
+        self.bias = None if bias is None else bias.to(torch.bfloat16)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
@@ -141,12 +160,59 @@ class BF16Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}"
 
 
+class QKVPrologue(nn.Module):
+    """Attention.forward up to its attention (Attention.prologue) with q, k and v from one product, and q and k
+    RMSNorm'd and rotated together: model.py's arithmetic in fewer, larger ops. Each fbgemm call costs about 15 us
+    whatever its size and reads a wide matrix faster than narrow ones, and a frame runs 108 decoder layers: this
+    and SwiGLU took the 0.6B model's code-predictor frame from 99 to 86 ms on one core (talker step 34 to 32)."""
+
+    def __init__(self, attention: Attention, linear: type[nn.Module]):
+        super().__init__()
+        D = attention.head_dim
+        self.qkv = linear(attention.q_proj, attention.k_proj, attention.v_proj)
+        self.heads, kv_heads = attention.q_proj.out_features // D, attention.k_proj.out_features // D
+        assert attention.q_norm.eps == attention.k_norm.eps
+        self.head_dim, self.eps = D, attention.q_norm.eps
+        # per head, as the two norms apply them: (heads + kv_heads, D)
+        weight = torch.cat((attention.q_norm.weight.expand(self.heads, D), attention.k_norm.weight.expand(kv_heads, D)))
+        self.register_buffer("qk_norm_weight", weight.detach().clone())
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache, layer: int):
+        """x (T, hidden) at cache positions [cache.length, cache.length + T); writes K/V there; returns q
+        (heads, T, head_dim)."""
+        T, D = x.shape[0], self.head_dim
+        qkv = self.qkv(x).view(T, -1, D)  # (T, heads + 2 kv_heads, D)
+        qk_heads = self.qk_norm_weight.shape[0]
+        # as RMSNorm.forward: the norm rounded to the input's dtype, then its weight
+        qk = (self.qk_norm_weight * F.rms_norm(qkv[:, :qk_heads], (D,), eps=self.eps)).transpose(0, 1)
+        qk = qk * cos + rotate_half(qk) * sin  # (heads + kv_heads, T, D)
+        start = cache.length
+        cache.k[layer, :, start : start + T] = qk[self.heads :]
+        cache.v[layer, :, start : start + T] = qkv[:, qk_heads:].transpose(0, 1)
+        return qk[: self.heads]
+
+
+class SwiGLU(nn.Module):
+    """MLP.forward (MLP.fused) with gate and up from one product: down(silu(gate) * up)."""
+
+    def __init__(self, mlp: MLP, linear: type[nn.Module]):
+        super().__init__()
+        self.gate_up = linear(mlp.gate_proj, mlp.up_proj)
+        self.down_proj = linear(mlp.down_proj)
+        self.intermediate = mlp.gate_proj.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x).split(self.intermediate, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
 def quantize(model: Qwen3TTS, precision: Precision) -> None:
     """Swap the linear layers that run every frame (talker and code-predictor layers, their heads) in place.
 
-    The model is loaded in float32 for "int8", in bfloat16 for "bf16"; the text projection runs once per
-    prompt and keeps its dtype. Under "float32", or "bf16" without native bfloat16, nothing changes, nor on a GPU,
-    whose bfloat16 runs as loaded (the swapped layers are CPU kernels).
+    Each decoder layer's attention gets a QKVPrologue and its MLP a SwiGLU, which hold its q/k/v and MLP weights;
+    the other linears are swapped one for one. The model is loaded in float32 for "int8", in bfloat16 for "bf16";
+    the text projection runs once per prompt and keeps its dtype. Under "float32", or "bf16" without native
+    bfloat16, nothing changes, nor on a GPU, whose bfloat16 runs as loaded (the swapped layers are CPU kernels).
     """
     if model.talker.codec_head.weight.device.type != "cpu":
         return
@@ -157,6 +223,12 @@ def quantize(model: Qwen3TTS, precision: Precision) -> None:
     else:
         return
     talker = model.talker
+    for layer in (*talker.model.layers, *talker.code_predictor.model.layers):
+        attention, mlp = layer.self_attn, layer.mlp
+        attention.prologue, mlp.fused = QKVPrologue(attention, swap), SwiGLU(mlp, swap)
+        # their weights are in the prologue's and the SwiGLU's products now: held once
+        attention.q_proj = attention.k_proj = attention.v_proj = None
+        mlp.gate_proj = mlp.up_proj = mlp.down_proj = None
     for root in (talker.model.layers, talker.code_predictor):
         for module in list(root.modules()):
             for name, child in list(module.named_children()):

@@ -79,7 +79,7 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(D, cfg.rms_norm_eps)
         self.head_dim = D
         # set by engine.tts.kernels.fused.attach: the projections, norms, RoPE and cache writes below in two CUDA
-        # launches
+        # launches; by engine.tts.cpu.quantize: the same in fewer CPU ops (QKVPrologue)
         self.prologue = None
 
     def forward(self, x, cos, sin, cache: KVCache, layer: int) -> torch.Tensor:
@@ -114,7 +114,8 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-        # set by engine.tts.megakernel: this forward in three CUDA launches
+        # set by engine.tts.kernels.fused: this forward in three CUDA launches; by engine.tts.cpu.quantize: gate and
+        # up in one CPU product (SwiGLU)
         self.fused = None
 
     def forward(self, x):

@@ -1,15 +1,18 @@
 """The CPU's fast path (engine/tts/cpu.py): chosen by what the processor does, reported, one setting from float32."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 
-from engine.tts import load_tts
+from engine.tts import SamplingOptions, load_tts
 from engine.tts.codec import CausalTransposedConv, load_codec
 from engine.tts.config import TTSConfig
 from engine.tts.cpu import (BF16Linear, Int8Linear, Precision, TransposedConvMatmul, choose_precision, int8_problem,
                             native_bf16, quantize, speed_up_codec)
 from engine.tts.model import Qwen3TTS
+from engine.tts.sampling import Sampler
 from engine.tts.testing.quality import measure
 
 needs_int8 = pytest.mark.skipif(int8_problem() is not None, reason=f"no int8 path: {int8_problem()}")
@@ -27,7 +30,8 @@ def test_auto_on_a_cpu_with_fbgemm_is_int8_and_the_engine_says_so(short_checkpoi
     assert tts.precision.setting == "int8" and tts.precision.weights == "int8"
     assert str(tts.precision).startswith("int8 weights")
     layer = tts.model.talker.model.layers[0]
-    assert isinstance(layer.self_attn.q_proj, Int8Linear) and isinstance(layer.mlp.down_proj, Int8Linear)
+    assert isinstance(layer.self_attn.prologue.qkv, Int8Linear) and isinstance(layer.self_attn.o_proj, Int8Linear)
+    assert isinstance(layer.mlp.fused.gate_up, Int8Linear) and isinstance(layer.mlp.fused.down_proj, Int8Linear)
     assert isinstance(tts.model.talker.code_predictor.lm_head[3], Int8Linear)
     assert isinstance(tts.model.talker.codec_head, Int8Linear)
 
@@ -76,10 +80,48 @@ def test_int8_streams_and_chunking_keeps_the_codes(int8_tts):
     np.testing.assert_array_equal(np.concatenate([c.codes for c in one]), np.concatenate([c.codes for c in four]))
 
 
+def _steps(model: Qwen3TTS, tts, prompt: torch.Tensor, frames: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy frames from a prompt: the talker's hidden states (frames + 1, hidden) and the codes (frames, 16)."""
+    talker = tts.config.talker
+    sampler = Sampler(SamplingOptions.greedy(), 0, talker.decoder.vocab_size, talker.codec_eos_id, tts._suppress)
+    state = model.begin(prompt, frames)
+    hidden, codes = [state.hidden], []
+    for i in range(frames):
+        codes.append(model.sample_frame(state, sampler))
+        model.advance(state, codes[-1], prompt[i])
+        hidden.append(state.hidden)
+    return torch.stack(hidden), torch.stack(codes)
+
+
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_stacked_products_compute_what_the_layers_one_by_one_do(float32_tts, precision):
+    """quantize's fused layers (q/k/v in one product, gate/up in one, q and k normed and rotated together) give the
+    same hidden states and codes, bit for bit, as each linear swapped for its own fast layer."""
+    if precision == "int8" and int8_problem():
+        pytest.skip(f"no int8 path: {int8_problem()}")
+    if precision == "bf16" and not native_bf16():
+        pytest.skip("no native bfloat16: precision bf16 keeps the nn.Linear layers")
+    linear, dtype = {"int8": (Int8Linear, torch.float32), "bf16": (BF16Linear, torch.bfloat16)}[precision]
+    one_by_one, fused = (copy.deepcopy(float32_tts.model).to(dtype) for _ in range(2))
+    talker = one_by_one.talker
+    for root in (talker.model.layers, talker.code_predictor):
+        for module in list(root.modules()):
+            for name, child in list(module.named_children()):
+                if isinstance(child, torch.nn.Linear):
+                    setattr(module, name, linear(child))
+    talker.codec_head = linear(talker.codec_head)
+    quantize(fused, choose_precision(precision))
+    assert fused.talker.model.layers[0].self_attn.q_proj is None  # its weights are in the prologue's product
+    hidden_size = float32_tts.config.talker.decoder.hidden_size
+    prompt = torch.randn(9, hidden_size, generator=torch.Generator().manual_seed(0)).to(dtype)
+    expected, got = _steps(one_by_one, float32_tts, prompt, 6), _steps(fused, float32_tts, prompt, 6)
+    torch.testing.assert_close(got, expected, atol=0, rtol=0)
+
+
 @needs_int8
 def test_int8_weights_round_trip_through_fbgemms_packing(int8_tts):
     """The packed layer holds the int8 weights and per-channel scales it was made from: w ~ ints * scale."""
-    layer = int8_tts.model.talker.model.layers[0].mlp.up_proj
+    layer = int8_tts.model.talker.model.layers[0].mlp.fused.gate_up
     ints, scale, bias = layer.unpack()
     assert ints.dtype == torch.int8 and ints.abs().max() == 127 and bias is None
     assert scale.shape == (layer.out_features,) and bool((scale > 0).all())
