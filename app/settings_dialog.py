@@ -40,7 +40,7 @@ from app.confirm import ask_to_confirm
 from app.settings import THEMES, Settings
 from engine.assistant import DEFAULT_VOICE_DESCRIPTION, AssistantInfo
 from engine.errors import AudioDeviceError, ParleyError
-from engine.settings import ENGINE_DEVICES, LISTEN_MODES, LONGEST_PAUSE_MS_RANGE, SILENCE_MS_RANGE
+from engine.settings import ENGINE_DEVICES, LISTEN_MODES, LONGEST_PAUSE_MS_RANGE, SILENCE_MS_RANGE, SPEECH_PRECISIONS
 from engine.voice_library import VoiceLibrary, same_name
 from engine.voices import describe
 
@@ -443,6 +443,16 @@ class SettingsDialog(QDialog):
         for device, label in zip(ENGINE_DEVICES, ("Automatic (GPU when there is one)", "GPU (CUDA)", "CPU")):
             self.device.addItem(label, device)
         self._select(self.device, s.device)
+        self.precision = QComboBox(objectName="speechPrecision",
+                                   accessibleName="How the speech model computes on the CPU")
+        labels = {"auto": "Fastest this computer allows", "int8": "8-bit (fast)", "bf16": "bfloat16",
+                  "float32": "Exact (float32, slowest)"}
+        for precision in SPEECH_PRECISIONS:
+            self.precision.addItem(labels[precision], precision)
+        self._select(self.precision, s.speech_precision)
+        self._local_speech += (self.precision,)  # a server computes as it is set up to
+        self.precision.setToolTip("Without an NVIDIA GPU the speech model runs on the CPU: 8-bit weights speak several "
+                                  "times faster than the exact arithmetic, at a small cost in fidelity")
         self.theme = QComboBox(objectName="theme")
         for theme in THEMES:
             self.theme.addItem({"system": "As the system", "light": "Light", "dark": "Dark"}[theme], theme)
@@ -452,6 +462,7 @@ class SettingsDialog(QDialog):
         self.close_to_tray.setToolTip("Parley stays in the tray (it listens, and the talk key works); "
                                       "Quit in its menu ends it")
         form.addRow("Run on", self.device)
+        form.addRow("Speech on the CPU", self.precision)
         form.addRow("Appearance", self.theme)
         form.addRow("", self.close_to_tray)
         self.engine.currentIndexChanged.connect(self._show_engine)
@@ -510,7 +521,8 @@ class SettingsDialog(QDialog):
             "silence_ms": self.silence.value(), "echo_cancellation": self.echo.isChecked(),
             "global_talk_key": self.global_key.keySequence().toString(QKeySequence.SequenceFormat.PortableText),
             "system_prompt": self.prompt.toPlainText().strip(),
-            "device": self.device.currentData(), "theme": self.theme.currentData(),
+            "device": self.device.currentData(), "speech_precision": self.precision.currentData(),
+            "theme": self.theme.currentData(),
             "close_to_tray": self.close_to_tray.isChecked(),
             **{key: edit.text().strip() for key, edit in self.model_paths.items()},
             # this computer keeps no server's token: a secret stays only where it is used

@@ -391,7 +391,8 @@ class Assistant:
 
             if needs_build():  # a minute of nvcc that would otherwise look like a stuck load
                 self._progress("speech model (first start: compiling its GPU kernel, about a minute)")
-        self.tts = load_tts(self._speech.folder, device=self.device)
+        precision = self.config.speech_precision if self.device == "cpu" else "auto"
+        self.tts = load_tts(self._speech.folder, device=self.device, precision=precision)
         if self.tts.device.type != self.device:  # the GPU had no room: load_tts fell back to the CPU
             self.device = "cpu"
             self._gpu_notice("the GPU has no room for the speech model; it runs on the CPU (see the log for the "

@@ -20,10 +20,13 @@ if TYPE_CHECKING:
     from engine.llm.chat import ChatOptions
 
 __all__ = ["ENGINE_DEVICES", "LISTEN_MODES", "LONGEST_PAUSE_MS_RANGE", "SETTINGS", "SILENCE_MS_RANGE",
+           "SPEECH_PRECISIONS",
            "AssistantConfig", "Setting", "load_config", "read_settings", "settings_path"]
 
 LISTEN_MODES = ("hands-free", "push-to-talk")
 ENGINE_DEVICES = ("auto", "cuda", "cpu")
+# engine/tts/cpu.py PRECISIONS, named here so that reading the settings imports no torch (a test holds them equal)
+SPEECH_PRECISIONS = ("auto", "int8", "bf16", "float32")
 SILENCE_MS_RANGE = (200, 3000)
 LONGEST_PAUSE_MS_RANGE = (500, 5000)
 
@@ -56,6 +59,8 @@ class AssistantConfig:
     echo_cancellation: take Parley's own voice out of the microphone (open speakers; a headset's passes through).
     system_prompt: the LLM's first message; "" is the engine's own.
     device: "auto" (the GPU when there is one), "cuda" or "cpu", for the TTS, Whisper and the LLM.
+    speech_precision: how the speech model computes on the CPU (engine/tts/cpu.py): "auto" (the fastest this CPU
+        allows), "int8", "bf16", or "float32" (the reference arithmetic, slowest); on a GPU it has no say.
     history_file: the SQLite conversation store; None is the default profile's.
     chat_options: engine ChatOptions for the LLM (threads, sampling); None is ChatOptions().
     tts_seed: makes speech reproducible (tests); None draws a seed per clause.
@@ -84,6 +89,7 @@ class AssistantConfig:
     echo_cancellation: bool = True
     system_prompt: str = ""
     device: str = "auto"
+    speech_precision: str = "auto"
     history_file: Path | None = None
     chat_options: ChatOptions | None = None
     tts_seed: int | None = None
@@ -104,13 +110,15 @@ class AssistantConfig:
 
     @property
     def speech_model_setting(self) -> tuple[str, ...]:
-        """("server", speech_server, speech_token) where a speech server speaks, else ("base", base_model) where a
-        saved voice is chosen, else ("custom", tts_model): which settings name the speech model. From a speaker to a
-        saved voice or back changes it (CustomVoice, Base); whether a saved voice can be spoken at all, and by which
-        Base model, its file says: the Assistant looks there too."""
+        """("server", speech_server, speech_token) where a speech server speaks, else ("base", base_model,
+        speech_precision) where a saved voice is chosen, else ("custom", tts_model, speech_precision): which settings
+        name the speech model and how it computes. From a speaker to a saved voice or back changes it (CustomVoice,
+        Base); whether a saved voice can be spoken at all, and by which Base model, its file says: the Assistant looks
+        there too."""
         if self.speech_server:
             return "server", self.speech_server, self.speech_token
-        return ("base", self.base_model) if self.saved_voice else ("custom", self.tts_model)
+        model = ("base", self.base_model) if self.saved_voice else ("custom", self.tts_model)
+        return *model, self.speech_precision
 
 
 _BOOLS = {"true": True, "false": False}
@@ -181,6 +189,7 @@ SETTINGS = (
     _field("listen/echo_cancellation", "echo_cancellation"),
     _field("llm/system_prompt", "system_prompt"),
     _field("engine/device", "device", choices=ENGINE_DEVICES),
+    _field("engine/speech_precision", "speech_precision", choices=SPEECH_PRECISIONS),
 )
 
 

@@ -263,6 +263,22 @@ def test_a_speech_server_speaks_in_place_of_the_speech_model_and_switching_back_
             assistant.close()
 
 
+def test_the_speech_precision_setting_reopens_only_the_speech_model_in_that_arithmetic(base_config, sound_server):
+    """On the CPU the settings' speech_precision is load_tts's: Ready says which arithmetic speaks, and another one
+    opens the speech model again (and only it) under the same conversation."""
+    config = replace(base_config, voice_input=False, speech_precision="float32")
+    assistant, events = loaded(config)
+    try:
+        assert events.of(Ready)[-1].info.speech_precision.startswith("float32 weights")
+        loads, chat = len(events.of(Loading)), assistant.chat
+        assistant.apply(replace(config, speech_precision="bf16"))
+        assert events.of(Ready)[-1].info.speech_precision.startswith("bfloat16 weights")
+        assert {e.step for e in events.of(Loading)[loads:]} == {"speech model"} and assistant.chat is chat
+        assert turn(assistant, events, assistant.speak, "In bfloat16.").metrics.tts_ttfc_ms > 0
+    finally:
+        assistant.close()
+
+
 def test_switching_to_a_speech_server_that_cannot_be_reached_fails_at_the_speech_model_and_closes(base_config,
                                                                                                sound_server):
     """From the model on this computer to a server that is not there: the switch fails at the speech model's step

@@ -89,7 +89,10 @@ def test_a_saved_voice_and_the_base_model_are_kept_and_change_the_speech_model(t
     assert (config.saved_voice, config.base_model, config.speaker) == ("Grandma Ann 😀, \"quoted\"", "/m/base",
                                                                        "aiden")
     speaker = AssistantConfig(speaker="aiden")
-    assert config.speech_model_setting == ("base", "/m/base") and speaker.speech_model_setting == ("custom", "")
+    assert config.speech_model_setting == ("base", "/m/base", "auto")
+    assert speaker.speech_model_setting == ("custom", "", "auto")
+    exact = replace(speaker, speech_precision="float32")
+    assert exact.speech_model_setting == ("custom", "", "float32") and not exact.models_differ(speaker)
     assert speaker.speech_model_setting != config.speech_model_setting and not speaker.models_differ(config)
     assert config.speech_model_setting == replace(config, saved_voice="Zoe", speaker="ryan").speech_model_setting
     assert speaker.speech_model_setting == replace(speaker, speaker="ryan", base_model="/other").speech_model_setting
@@ -109,5 +112,13 @@ def test_a_speech_server_and_its_token_are_kept_and_change_the_speech_model(tmp_
     for other in (replace(served, speech_server=""), replace(served, speech_token="other"),
                   replace(served, speech_server="http://b:1")):
         assert other.speech_model_setting != served.speech_model_setting and not other.models_differ(served)
-    unused = replace(served, saved_voice="Zoe", tts_model="/other", base_model="/x")
+    unused = replace(served, saved_voice="Zoe", tts_model="/other", base_model="/x", speech_precision="float32")
     assert unused.speech_model_setting == served.speech_model_setting
+
+
+def test_the_speech_precisions_on_offer_are_the_engines():
+    """The settings name the CPU's speech precisions without importing torch; they are load_tts's own."""
+    from engine.settings import SPEECH_PRECISIONS
+    from engine.tts.cpu import PRECISIONS
+
+    assert set(SPEECH_PRECISIONS) == set(PRECISIONS) and SPEECH_PRECISIONS[0] == "auto"

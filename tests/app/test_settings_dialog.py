@@ -34,6 +34,8 @@ def test_saving_writes_every_choice_to_the_settings(qtbot, settings):
     dialog.prompt.setPlainText("  Answer in one sentence.  ")
     dialog.model_paths["llm_model"].setText("/models/other.gguf")
     choose(dialog.device, "cpu")
+    assert dialog.precision.currentData() == "auto" and dialog.precision.accessibleName()
+    choose(dialog.precision, "float32")
     choose(dialog.theme, "dark")
     assert dialog.global_key.keySequence().toString() == "Ctrl+Alt+Space"  # the default
     dialog.global_key.clear()
@@ -46,7 +48,7 @@ def test_saving_writes_every_choice_to_the_settings(qtbot, settings):
         ("ryan", "german", "push-to-talk", 1100)
     assert settings.global_talk_key == "Ctrl+Shift+F9"
     assert settings.system_prompt == "Answer in one sentence." and settings.llm_model == "/models/other.gguf"
-    assert (settings.device, settings.theme) == ("cpu", "dark")
+    assert (settings.device, settings.speech_precision, settings.theme) == ("cpu", "float32", "dark")
     assert settings.echo_cancellation is False
     assert (settings.turn_detection, settings.longest_pause_ms) == (False, 3000)
     assert dialog.result() == SettingsDialog.DialogCode.Accepted
@@ -297,6 +299,7 @@ def test_a_speech_server_is_chosen_with_its_address_and_a_masked_token_kept_priv
     assert dialog.engine.currentData() == "" and dialog.server_url.isHidden() and dialog.server_token.isHidden()
     choose(dialog.engine, "server")
     assert not dialog.server_url.isHidden() and not dialog.model_paths["tts_model"].isEnabled()
+    assert not dialog.precision.isEnabled()  # a server computes as it is set up to
     assert dialog.server_token.echoMode() == QLineEdit.EchoMode.Password
     dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Save).click()
     assert dialog.result() != SettingsDialog.DialogCode.Accepted
