@@ -80,9 +80,10 @@ def _device_of(setting: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _load_tts(folder: Path, device: str, dtype: str | None = None):
-    """load_tts on a model folder, saying first when it compiles the GPU kernel: a first use of a kernel version
-    spends about a minute there, which would otherwise look like a hang."""
+def _load_tts(folder: Path, device: str, config, dtype: str | None = None):
+    """load_tts on a model folder, on the CPU in the settings' speech precision unless a dtype is named, saying first
+    when it compiles the GPU kernel: a first use of a kernel version spends about a minute there, which would
+    otherwise look like a hang."""
     from engine.tts import load_tts
 
     if device.startswith("cuda"):
@@ -91,7 +92,8 @@ def _load_tts(folder: Path, device: str, dtype: str | None = None):
         if needs_build():
             print("parley: compiling the GPU kernel (first use of this version, about a minute)", file=sys.stderr,
                   flush=True)
-    return load_tts(folder, device=device, dtype=dtype)
+        return load_tts(folder, device=device, dtype=dtype)
+    return load_tts(folder, device=device, dtype=dtype, precision="auto" if dtype else config.speech_precision)
 
 
 def _say(args) -> int:
@@ -128,8 +130,9 @@ def _say(args) -> int:
             speaker, language, instruct = _voice(choice.folder, config, args.speaker, args.language, args.instruct)
             who = speaker
         t0 = time.perf_counter()
-        tts = _load_tts(choice.folder, args.device or _device_of(config.device), args.dtype)
-        print(f"loaded {tts.folder} on {tts.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        tts = _load_tts(choice.folder, args.device or _device_of(config.device), config, args.dtype)
+        arithmetic = f" ({tts.precision.setting})" if tts.device.type == "cpu" else ""
+        print(f"loaded {tts.folder} on {tts.device}{arithmetic} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     stream = tts.stream(text, speaker, language, instruct=instruct, voice=voice, seed=args.seed)
     progress = _Progress(stream, tts.sample_rate_hz)
     if stream.segments > 1:
@@ -259,7 +262,7 @@ def _voice_add(args, library) -> int:
 
     def engine():
         t0 = time.perf_counter()
-        tts = _load_tts(folder, device)
+        tts = _load_tts(folder, device, config)
         print(f"parley: loaded {tts.folder} on {tts.device} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         return tts
 
@@ -556,7 +559,7 @@ def _served_tts(args, logger: str):
 
     config = load_config(tts_model=args.model)
     folder = find_tts_model(config.tts_model or None)
-    tts = _load_tts(folder, args.device or _device_of(config.device), None)
+    tts = _load_tts(folder, args.device or _device_of(config.device), config)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("parley: %(message)s"))
     handler.addFilter(lambda record: record.levelno < logging.WARNING)
@@ -750,7 +753,8 @@ def main(argv=None) -> int:
     say.add_argument("--device", type=_device, help=f"cpu or cuda (cuda:N: the Nth GPU) ({settings} the GPU "
                      "where there is one)")
     say.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
-                     help="default: float32 on CPU, bfloat16 on GPU")
+                     help="default: bfloat16 on a GPU; on the CPU, the settings' speech precision (the fastest the "
+                     "CPU allows, int8 where it has AVX2)")
     say.add_argument("--server", metavar="URL", help="speak through a Parley speech server (parley serve, or its Ray "
                      "Serve cluster, e.g. http://192.168.1.20:8000) instead of a speech model on this computer")
     say.add_argument("--token", help="the token that server was given (default: PARLEY_API_TOKEN); the variable keeps "

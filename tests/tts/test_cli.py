@@ -195,8 +195,9 @@ def test_a_long_text_tells_its_length_and_progress_and_ctrl_c_keeps_what_was_wri
 
 def test_say_speaks_with_the_model_and_voice_chosen_in_the_app_unless_a_flag_says_otherwise(tmp_path,
                                                                                                short_checkpoint):
-    """The app's settings file names the model and the speaker: `parley say` with neither flag uses both; --speaker
-    overrides the file's; a speaker saved for another model gives way to this one's first, with a warning."""
+    """The app's settings file names the model, the speaker and the CPU's speech precision: `parley say` with neither
+    flag uses them; --speaker overrides the file's; a speaker saved for another model gives way to this one's first,
+    with a warning."""
     from PySide6.QtCore import QSettings
 
     env = offline_env(tmp_path)
@@ -204,6 +205,7 @@ def test_say_speaks_with_the_model_and_voice_chosen_in_the_app_unless_a_flag_say
     settings = QSettings(str(tmp_path / "config" / "Parley" / "Parley.conf"), QSettings.Format.IniFormat)
     settings.setValue("models/tts", str(short_checkpoint))
     settings.setValue("voice/speaker", "vivian")
+    settings.setValue("engine/speech_precision", "float32")
     settings.sync()
     runs = {}
     for name, flags in (("file", ()), ("flag", ("--speaker", "ryan"))):
@@ -214,7 +216,7 @@ def test_say_speaks_with_the_model_and_voice_chosen_in_the_app_unless_a_flag_say
     (tmp_path / "other").mkdir()
     runs["other"] = finish(start(tmp_path / "other", env, TEXT, "--out", "speech.wav"))
     for name, (code, err) in runs.items():
-        assert code == 0 and f"loaded {short_checkpoint} on cpu" in err, (name, err)
+        assert code == 0 and f"loaded {short_checkpoint} on cpu (float32) in " in err, (name, err)
     assert "speech by vivian" in runs["file"][1] and "speech by ryan" in runs["flag"][1]
     assert "parley: warning: this speech model has no voice 'somebody'" in runs["other"][1]
     assert "speech by aiden" in runs["other"][1]  # the model's first
