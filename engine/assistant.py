@@ -546,13 +546,15 @@ class Assistant:
         engine goes (its memory is the new one's), the new one opens (Loading at the speech model's step) and the
         conversation carries on over it (Ready); the language model and Whisper stay loaded. Where the new one cannot
         be opened, everything is closed, as after a failed load() (LoadFailed)."""
-        conversation = self.dialogue.conversation
+        conversation, turn_detection = self.dialogue.conversation, self.config.turn_detection
         self._close_loop()
         self.config, self.tts, self._speech = config, None, None
         self._step = STEPS.index("speech model")
         try:
             self._progress()
             self._open_speech()
+            if config.turn_detection != turn_detection:  # saved with the speech model in one go
+                self._load_turn_model()
             self._start_loop(self._new_dialogue(conversation))
         except Exception as e:
             self.close()

@@ -265,15 +265,18 @@ def test_a_speech_server_speaks_in_place_of_the_speech_model_and_switching_back_
 
 def test_the_speech_precision_setting_reopens_only_the_speech_model_in_that_arithmetic(base_config, sound_server):
     """On the CPU the settings' speech_precision is load_tts's: Ready says which arithmetic speaks, and another one
-    opens the speech model again (and only it) under the same conversation."""
-    config = replace(base_config, voice_input=False, speech_precision="float32")
+    opens the speech model again (and only it) under the same conversation, with the listening settings saved beside
+    it (end-of-turn detection off: its model goes)."""
+    config = replace(base_config, speech_precision="float32")
     assistant, events = loaded(config)
     try:
         assert events.of(Ready)[-1].info.speech_precision.startswith("float32 weights")
-        loads, chat = len(events.of(Loading)), assistant.chat
-        assistant.apply(replace(config, speech_precision="bf16"))
+        assert assistant.turn_model is not None
+        loads, chat, whisper = len(events.of(Loading)), assistant.chat, assistant.transcriber
+        assistant.apply(replace(config, speech_precision="bf16", turn_detection=False))
         assert events.of(Ready)[-1].info.speech_precision.startswith("bfloat16 weights")
-        assert {e.step for e in events.of(Loading)[loads:]} == {"speech model"} and assistant.chat is chat
+        assert {e.step for e in events.of(Loading)[loads:]} == {"speech model"}
+        assert assistant.chat is chat and assistant.transcriber is whisper and assistant.turn_model is None
         assert turn(assistant, events, assistant.speak, "In bfloat16.").metrics.tts_ttfc_ms > 0
     finally:
         assistant.close()
