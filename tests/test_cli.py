@@ -248,7 +248,8 @@ def test_chat_by_voice_prints_what_it_heard_and_the_reply_and_quits_on_ctrl_c(us
     assert QUESTION_WORD in heard.lower() and reply.removeprefix("parley: ").strip()
     assert "STT" in figures and "TTFC" in figures and re.search(r"Voice to voice \d+ ms", figures)
     user, assistant = saved(tmp_path)
-    assert f"you: {user.text}\n" == heard and f"parley: {assistant.text}\n" == reply
+    # a reply of several lines (SmolLM2 writes paragraphs at times) is printed as it is: its first is the line read
+    assert f"you: {user.text}\n" == heard and f"parley: {assistant.text.splitlines()[0]}\n" == reply
 
 
 def test_chat_push_to_talk_takes_a_turn_between_two_enters(user_mic, speak, short_checkpoint, whisper_dir, start_chat,
