@@ -498,7 +498,7 @@ def _serve(args) -> int:
         return _serve_wyoming(args)
     import uvicorn
 
-    from engine.speech_server import ServiceOptions, create_app
+    from engine.speech_server import DEFAULT_CONCURRENCY, ServiceOptions, create_app
 
     host, port = args.host or "127.0.0.1", 8000 if args.port is None else args.port
     max_waiting = 8 if args.max_waiting is None else args.max_waiting
@@ -507,9 +507,11 @@ def _serve(args) -> int:
         raise ParleyError(f"serving on {host} lets other computers in: give them a token to send (--token, or "
                           "PARLEY_API_TOKEN), or serve on 127.0.0.1")
     tts = _served_tts(args, "engine.speech_server")
+    at_once = args.concurrency or DEFAULT_CONCURRENCY[tts.device.type]
     print(f"parley: serving {tts.folder.name} on {tts.device} at http://{host}:{port}/v1 (the OpenAI audio "
-          f"API's speech route{', token required' if token else ''}); Ctrl-C stops", file=sys.stderr, flush=True)
-    app = create_app(tts, ServiceOptions(token=token, concurrency=args.concurrency, max_waiting=max_waiting))
+          f"API's speech route{', token required' if token else ''}; {at_once} at once, {max_waiting} waiting); "
+          "Ctrl-C stops", file=sys.stderr, flush=True)
+    app = create_app(tts, ServiceOptions(token=token, concurrency=at_once, max_waiting=max_waiting))
     uvicorn.run(app, host=host, port=port, log_level="warning")
     return 0
 
@@ -520,6 +522,7 @@ def _serve_wyoming(args) -> int:
     import asyncio
     import signal
 
+    from engine.speech_server import DEFAULT_CONCURRENCY
     from engine.wyoming_server import start_server
 
     http_only = [flag for flag, value in (("--host", args.host), ("--port", args.port), ("--token", args.token),
@@ -532,10 +535,11 @@ def _serve_wyoming(args) -> int:
         _err(f"parley: warning: the Wyoming protocol has no authentication: anyone who can reach {host}:{port} can "
              "make Parley speak; serve on a network you trust (Home Assistant's), or on 127.0.0.1")
     tts = _served_tts(args, "engine.wyoming_server")
+    at_once = args.concurrency or DEFAULT_CONCURRENCY[tts.device.type]
 
     async def serve() -> None:
         try:
-            server = await start_server(tts, host, port, args.concurrency)
+            server = await start_server(tts, host, port, at_once)
         except OSError as e:
             raise ParleyError(f"cannot listen on {host}:{port} ({e.strerror or e}); choose another with --wyoming "
                               "[HOST:]PORT") from None
@@ -543,7 +547,7 @@ def _serve_wyoming(args) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(signum, stop.set)
         _err(f"parley: serving {tts.folder.name} on {tts.device} to Wyoming clients (Home Assistant: add the Wyoming "
-             f"Protocol integration with host and port) at tcp://{host}:{port}; Ctrl-C stops")
+             f"Protocol integration with host and port) at tcp://{host}:{port}, {at_once} at once; Ctrl-C stops")
         await stop.wait()
         await server.stop()
 

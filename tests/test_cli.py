@@ -406,7 +406,8 @@ def test_serve_speaks_for_openais_client_and_stops_on_ctrl_c(short_checkpoint, t
     import openai
 
     with Serving(["--concurrency", "3", "--port"], short_checkpoint, tmp_path) as served:
-        assert f"at http://127.0.0.1:{served.port}/v1" in served.lines[-1]
+        started = served.lines[-1]
+        assert f"at http://127.0.0.1:{served.port}/v1" in started and "3 at once, 8 waiting" in started
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{served.port}/v1", api_key="none", max_retries=2)
         audio = client.audio.speech.create(model="parley", voice="ryan", input="Served.", response_format="pcm")
         assert len(audio.content) > 0 and len(audio.content) % 2 == 0
@@ -495,8 +496,9 @@ def test_serve_beyond_this_computer_needs_a_token(tmp_path, capsys):
 
 
 def test_serve_wyoming_speaks_for_home_assistants_client_and_stops_on_ctrl_c(short_checkpoint, tmp_path):
-    """`parley serve --wyoming PORT` loads the model, says where it listens (the loopback), answers the wyoming
-    package's client with its voices and with audio (logging the request's TTFC and RTF), and Ctrl-C stops it."""
+    """`parley serve --wyoming PORT` loads the model, says where it listens (the loopback) and how many it speaks at
+    once, answers the wyoming package's client with its voices and with audio (logging the request's TTFC and RTF),
+    and Ctrl-C stops it."""
     import asyncio
 
     from wyoming.client import AsyncTcpClient
@@ -514,7 +516,8 @@ def test_serve_wyoming_speaks_for_home_assistants_client_and_stops_on_ctrl_c(sho
             return voices, events
 
     with Serving(["--wyoming"], short_checkpoint, tmp_path) as served:
-        assert f"at tcp://127.0.0.1:{served.port}" in served.lines[-1] and "warning" not in "".join(served.lines)
+        assert f"at tcp://127.0.0.1:{served.port}, 2 at once" in served.lines[-1]  # the CPU's default
+        assert "warning" not in "".join(served.lines)
         voices, events = asyncio.run(ask(served.port))
         assert "ryan" in voices and events[0].type == "audio-start"
         assert sum(len(event.payload or b"") for event in events) > 0
