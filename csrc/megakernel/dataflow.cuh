@@ -29,7 +29,7 @@
 // weights never depend on activations, so HBM streams them while blocks wait, and a stage whose input is ready reads
 // its input vector and computes from shared memory.
 //
-// A wait gives up after kMaxPolls polls (seconds, where a whole step takes about a millisecond), records where in
+// A wait gives up after kStallNs (2 s, where a whole step takes about a millisecond), records where in
 // DataflowParams.stalled and ends the launch; the other blocks see the flag while they poll and end too, and the host
 // raises instead of hanging the GPU.
 // reference: engine/tts/model.py DecoderStack.forward (T = 1)
@@ -41,7 +41,7 @@ namespace mk {
 
 constexpr int kPageElems = kPageBytes / 2;  // bf16 weights a page holds
 constexpr int kMaxPages = 16;               // pages in the ring at most (cp.async.wait_group takes an immediate)
-constexpr int kMaxPolls = 1 << 22;          // a poll is an L2 round trip and a short sleep: seconds in all
+constexpr unsigned long long kStallNs = 2000000000ull;  // a wait that long is a bug: a whole step takes ~1 ms
 constexpr int kMatvecs = 4;                 // the stages with weights: A, C, D, E
 enum DataflowStage : int { kStageA, kStageB, kStageC, kStageD, kStageE, kStageFinal };
 
@@ -84,22 +84,22 @@ __device__ __forceinline__ void signal(unsigned* counter, unsigned n = 1) {
                                      "r"(n) : "memory");
 }
 
-// Whole block: until *counter reaches target. False where this wait timed out (recorded in f.stalled as `code`, unless
-// another wait was first) or another block's did (looked at every 64 polls, off the path of a wait that succeeds):
-// the launch then ends.
+// Whole block: until *counter reaches target. False where this wait timed out after kStallNs (recorded in f.stalled as
+// `code`, unless another wait was first) or another block's did (both looked at every 64 polls, off the path of a
+// wait that succeeds): the launch then ends.
 __device__ __forceinline__ bool wait_for(const DataflowParams& f, const unsigned* counter, unsigned target, int code) {
   bool ok = true;
   if (threadIdx.x == 0) {
-    ok = false;
-    for (int poll = 0; poll < kMaxPolls; ++poll) {
-      if (static_cast<int>(load_acquire(counter) - target) >= 0) {  // wrap-safe: the counters may pass 2^32
-        ok = true;
+    const unsigned long long start = now_ns();
+    for (unsigned poll = 0;; ++poll) {
+      if (static_cast<int>(load_acquire(counter) - target) >= 0) break;  // wrap-safe: the counters may pass 2^32
+      if (poll % 64 == 63 && (load_relaxed(f.stalled) != 0 || now_ns() - start > kStallNs)) {
+        ok = false;
+        atomicCAS(f.stalled, 0, code);
         break;
       }
-      if (poll % 64 == 63 && load_relaxed(f.stalled) != 0) break;
       __nanosleep(32);
     }
-    if (!ok) atomicCAS(f.stalled, 0, code);
   }
   return __syncthreads_and(ok);
 }
