@@ -3,7 +3,7 @@
 // stage whose output it reads, and each block streams its own weight rows into a ring of shared-memory pages ahead of
 // the stages that use them.
 //
-// Stages per layer, as stack_step's; each block counts a stage done with one atomicAdd after its stores:
+// Stages per layer, as stack_step's; each block counts a stage done with one red.add after its stores:
 //   A  RMSNorm + q/k/v rows                           waits for E of the layer before (every block)
 //   B  q/k RMSNorm, RoPE, K/V write, attention        waits for A (every block); a block per query head
 //   C  o_proj rows + residual                         waits for B (every head)
@@ -25,9 +25,9 @@
 //
 // The weight ring: a block's rows of A, C, D and E (a contiguous range of each stage's rows, as few or as many as
 // balance gives) form one fixed sequence of 16 KiB pages of whole rows, layer after layer. The block issues pages by
-// cp.async as far ahead as the ring has room, at the start and each time a page has been used, so before every wait:
-// weights never depend on activations, so HBM streams them while blocks wait, and a stage whose input is ready reads
-// its input vector and computes from shared memory.
+// cp.async as far ahead as the ring has room, at the start and as soon as a stage has used its pages, so before
+// every wait: weights never depend on activations, so HBM streams them while blocks wait, and a stage whose input is
+// ready reads its input vector and computes from shared memory.
 //
 // A wait gives up after kStallNs (2 s, where a whole step takes about a millisecond), records where in
 // DataflowParams.stalled and ends the launch; the other blocks see the flag while they poll and end too, and the host
