@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
@@ -111,6 +112,32 @@ void decoder_step(const mk::StackParams& stack, torch::Tensor cache_k, torch::Te
   const c10::cuda::CUDAGuard guard(x_in.device());
   MK_CHECK_CUDA(mk::launch_decoder_step(p, static_cast<int>(pos), ptr<const float>(x_in), ptr<float>(out),
                                         static_cast<int>(blocks), at::cuda::getCurrentCUDAStream()));
+}
+
+// The same step by the dataflow kernel (megakernel/dataflow.cuh): counters int32 (layers, 5), zeroed once by the
+// caller, then passed to every launch with step 1, 2, ... in launch order; stalled int32 (1) stays 0 unless a wait
+// timed out (1 + 8 * layer + stage: 0..4 the stages A..E, 5 the final norm). blocks and smem from plan_dataflow.
+void dataflow_step(const mk::StackParams& stack, torch::Tensor cache_k, torch::Tensor cache_v, int64_t pos,
+                   torch::Tensor x_in, torch::Tensor out, torch::Tensor counters, torch::Tensor stalled, int64_t step,
+                   int64_t blocks, int64_t smem) {
+  MK_CHECK(pos >= 0, "pos must be >= 0");
+  MK_CHECK(step >= 1, "step must be >= 1 (the launch's number on these counters), got ", step);
+  const mk::StackParams p = with_cache(stack, cache_k, cache_v, pos, "cache");
+  expect(x_in, "x_in", torch::kFloat32, p.hidden);
+  expect(out, "out", torch::kFloat32, p.hidden);
+  expect(counters, "counters", torch::kInt32, static_cast<int64_t>(p.num_layers) * mk::kDataflowStages);
+  expect(stalled, "stalled", torch::kInt32, 1);
+  mk::DataflowParams f{};
+  f.counters = ptr<unsigned>(counters);
+  f.stalled = ptr<int>(stalled);
+  f.step = static_cast<unsigned>(step & 0xFFFFFFFF);  // the counters wrap alike
+  f.pages = mk::dataflow_ring_pages(p, static_cast<size_t>(smem));
+  MK_CHECK(f.pages >= 2, "a KV cache of ", p.capacity, " positions leaves the dataflow step's weight ring ", f.pages,
+           " pages of shared memory; it needs 2");
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  MK_CHECK_CUDA(mk::launch_dataflow_step(p, f, static_cast<int>(pos), ptr<const float>(x_in), ptr<float>(out),
+                                         static_cast<int>(blocks), static_cast<size_t>(smem),
+                                         at::cuda::getCurrentCUDAStream()));
 }
 
 // The frame loop's fixed parts: both stacks, the heads and embedding tables (int64 device pointer
@@ -371,6 +398,20 @@ int64_t plan_step_blocks(mk::StackParams p, int64_t capacity) {
   return plan(mk::step_coresident_blocks, mk::step_shared_bytes(p, 1), "decoder-step");
 }
 
+// (blocks, shared-memory bytes) of a dataflow launch with a KV cache of up to `capacity` positions.
+std::vector<int64_t> plan_dataflow(mk::StackParams p, int64_t capacity) {
+  const int widest = std::max({p.hidden, p.intermediate, p.num_heads * p.head_dim});
+  MK_CHECK(2 * widest <= mk::kPageBytes, "the dataflow step's pages hold rows of at most ", mk::kPageBytes / 2,
+           " weights, this stack has rows of ", widest);
+  size_t smem = 0;
+  MK_CHECK_CUDA(mk::dataflow_shared_bytes(&smem));
+  p.capacity = static_cast<int>(capacity);
+  const int pages = mk::dataflow_ring_pages(p, smem);
+  MK_CHECK(pages >= 2, "a KV cache of ", capacity, " positions leaves the dataflow step's weight ring ", pages,
+           " pages of shared memory; it needs 2");
+  return {plan(mk::dataflow_coresident_blocks, smem, "dataflow-step"), static_cast<int64_t>(smem)};
+}
+
 int64_t plan_frame_blocks(mk::FrameParams p, int64_t capacity) {
   p.talker.capacity = static_cast<int>(capacity);
   p.predictor.capacity = p.groups;
@@ -402,6 +443,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decoder_step", &decoder_step, "one decode step of a Qwen3 decoder stack in one persistent launch");
   m.def("run_frames", &run_frames, "whole decode frames (talker, codec head, sampling, code predictor) in one launch");
   m.def("plan_step_blocks", &plan_step_blocks, "co-resident blocks for a decoder-step launch");
+  m.def("dataflow_step", &dataflow_step,
+        "one decode step of a Qwen3 decoder stack in one persistent launch without grid barriers");
+  m.def("plan_dataflow", &plan_dataflow, "co-resident blocks and shared memory for a dataflow-step launch");
   m.def("set_trace", &set_trace, "record the following launches' grid barriers (bench/megakernel_trace.py)");
   m.def("plan_frame_blocks", &plan_frame_blocks, "co-resident blocks for a frame launch");
   m.def("attention_prologue", &attention_prologue,

@@ -1,7 +1,10 @@
 // The persistent kernels and their host-side launches; no torch headers (CI compiles this file with nvcc).
-// Stages are in decoder_step.cuh and frame.cuh; csrc/binding.cpp is the torch glue.
+// Stages are in decoder_step.cuh, dataflow.cuh and frame.cuh; csrc/binding.cpp is the torch glue.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
+#include "dataflow.cuh"
 #include "frame.cuh"
 
 namespace mk {
@@ -31,6 +34,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     final_norm_shared(p, p.x, smem, scratch);
     for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) out[i] = smem[i];
   }
+}
+
+// The same step without grid barriers (dataflow.cuh): the dynamic shared memory is the weight ring, then the work area.
+__global__ void __launch_bounds__(kThreads, 1)
+    dataflow_step_kernel(StackParams params, DataflowParams f, int pos, const float* x_in, float* out) {
+  extern __shared__ float smem[];
+  __shared__ float scratch[kWarps];
+  __shared__ StackParams p;
+  __shared__ LayerWeights layers[kMaxLayers];
+  __shared__ Slice slices[kMatvecs];
+  copy_layers(layers, params.layers, params.num_layers);
+  if (threadIdx.x == 0) {
+    p = params;
+    p.layers = layers;
+  }
+  __syncthreads();
+  dataflow_step(p, f, pos, x_in, out, reinterpret_cast<__nv_bfloat16*>(smem), smem + f.pages * (kPageBytes / 4),
+                scratch, slices);
 }
 
 __global__ void __launch_bounds__(kThreads, 1) frames_kernel(FrameParams params) {
@@ -88,6 +109,35 @@ cudaError_t step_coresident_blocks(size_t smem, int* blocks) {
 
 cudaError_t frame_coresident_blocks(size_t smem, int* blocks) {
   return coresident_blocks(reinterpret_cast<const void*>(frames_kernel), smem, blocks);
+}
+
+cudaError_t dataflow_coresident_blocks(size_t smem, int* blocks) {
+  return coresident_blocks(reinterpret_cast<const void*>(dataflow_step_kernel), smem, blocks);
+}
+
+// All the dynamic shared memory an SM gives one block of this kernel.
+cudaError_t dataflow_shared_bytes(size_t* bytes) {
+  int device = 0, optin = 0;
+  cudaFuncAttributes attributes{};
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(dataflow_step_kernel));
+  *bytes = static_cast<size_t>(optin) - attributes.sharedSizeBytes;
+  return e;
+}
+
+// Pages left for the ring in `smem` bytes beside the work area (attention over p.capacity positions; 16-byte aligned).
+int dataflow_ring_pages(const StackParams& p, size_t smem) {
+  const size_t work = (step_shared_bytes(p, 1) + 15) / 16 * 16;
+  return smem < work ? 0 : static_cast<int>(std::min<size_t>(kMaxPages, (smem - work) / kPageBytes));
+}
+
+cudaError_t launch_dataflow_step(const StackParams& p, const DataflowParams& f, int pos, const float* x_in, float* out,
+                                 int blocks, size_t smem, cudaStream_t stream) {
+  void* args[] = {const_cast<StackParams*>(&p), const_cast<DataflowParams*>(&f), &pos, const_cast<float**>(&x_in),
+                  &out};
+  return cudaLaunchCooperativeKernel(reinterpret_cast<void*>(dataflow_step_kernel), dim3(blocks), dim3(kThreads), args,
+                                     smem, stream);
 }
 
 cudaError_t launch_decoder_step(const StackParams& p, int pos, const float* x_in, float* out, int blocks,

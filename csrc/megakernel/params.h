@@ -69,6 +69,17 @@ struct FrameParams {
   int* frames_done;                         // out: frames emitted (< frames when codebook 0 was EOS)
 };
 
+// The dataflow step's own arguments (dataflow.cuh): its counters, owned by the caller and zeroed once, a count per
+// layer and stage (q/k/v, attention, o_proj, gate/up, down) that only grows; the stall flag; the launch's number.
+constexpr int kDataflowStages = 5;
+constexpr int kPageBytes = 16384;  // a page of the weight ring in shared memory: whole rows, so a row is at most 8192
+struct DataflowParams {
+  unsigned* counters;  // (layers, kDataflowStages)
+  int* stalled;        // 0, or 1 + 8 * layer + stage (5: the final norm) of the first wait that timed out
+  unsigned step;       // this launch's number on these counters: 1, 2, ... (wrapping is harmless)
+  int pages;           // pages in the ring
+};
+
 // Shared memory a launch needs, blocks that fit co-resident, and the launches (megakernel.cu).
 size_t step_shared_bytes(const StackParams& p, int tokens);
 size_t frame_shared_bytes(const FrameParams& p);
@@ -77,6 +88,13 @@ cudaError_t frame_coresident_blocks(size_t smem, int* blocks);
 cudaError_t launch_decoder_step(const StackParams& p, int pos, const float* x_in, float* out, int blocks,
                                 cudaStream_t stream);
 cudaError_t launch_frames(const FrameParams& p, int blocks, cudaStream_t stream);
+// The dataflow step's shared memory is all an SM gives a block (dataflow_shared_bytes); its ring gets what attention
+// and the activations leave (dataflow_ring_pages).
+cudaError_t dataflow_shared_bytes(size_t* bytes);
+int dataflow_ring_pages(const StackParams& p, size_t smem);
+cudaError_t dataflow_coresident_blocks(size_t smem, int* blocks);
+cudaError_t launch_dataflow_step(const StackParams& p, const DataflowParams& f, int pos, const float* x_in, float* out,
+                                 int blocks, size_t smem, cudaStream_t stream);
 // The barrier trace (common.cuh): slots (capacity, 3) or null to stop; the count of barriers recorded.
 cudaError_t set_trace(unsigned long long* slots, int capacity);
 cudaError_t trace_count(int* count);

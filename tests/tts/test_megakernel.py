@@ -15,6 +15,7 @@ import torch
 
 from engine.tts import SamplingOptions, load_tts
 from engine.tts.codec import SnakeBeta
+from engine.tts.kernels.megakernel import KernelStep
 from engine.tts.model import MLP, FrameState, KVCache, RMSNorm
 from engine.tts.prompt import TalkerInputs
 from engine.tts.sampling import Sampler, gumbel_noise
@@ -41,26 +42,34 @@ def _cosine(a, b):
     return torch.nn.functional.cosine_similarity(a.double().flatten(), b.double().flatten(), dim=0).item()
 
 
+def _random_prefix(kcache, generator, prefix, rcache=None):
+    """The first `prefix` positions of kcache (bf16) random, and of rcache the same values; both that long."""
+    kcache.k[:, :, :prefix] = torch.randn(kcache.k[:, :, :prefix].shape, device="cuda", generator=generator)
+    kcache.v[:, :, :prefix] = torch.randn(kcache.v[:, :, :prefix].shape, device="cuda", generator=generator)
+    kcache.length = prefix
+    if rcache is not None:
+        rcache.k[:, :, :prefix], rcache.v[:, :, :prefix] = kcache.k[:, :, :prefix], kcache.v[:, :, :prefix]
+        rcache.length = prefix
+
+
+@pytest.mark.parametrize("design", KernelStep.DESIGNS)
 @pytest.mark.parametrize("which", ["talker", "predictor"])
 def test_kernel_step_equals_the_pytorch_stack_step_by_step(tiny_checkpoint, tiny17_checkpoint, full_checkpoint,
-                                                           which):
+                                                           which, design):
     """Over 40 steps from a shared random cache, hidden-state cosine >= 0.9999 per step, both model
-    shapes and the full-size 0.6B."""
+    shapes and the full-size 0.6B, for either design of the step kernel."""
     torch.backends.cuda.matmul.allow_tf32 = False
     for checkpoint in (tiny_checkpoint, tiny17_checkpoint, full_checkpoint):
         fast, ref = _stacks(checkpoint)
         pick = {"talker": lambda m: m.talker.model, "predictor": lambda m: m.talker.code_predictor.model}[which]
         kstack, rstack = pick(fast.model), pick(ref.model)
+        if design != "barrier":
+            kstack.kernel_step = KernelStep(kstack, design=design)
         cfg = kstack.cfg
         generator = torch.Generator(device="cuda").manual_seed(5)
         kcache = KVCache(cfg, 80, "cuda", torch.bfloat16)
         rcache = KVCache(cfg, 80, "cuda", torch.float32)
-        prefix = 23
-        kcache.k[:, :, :prefix] = torch.randn(kcache.k[:, :, :prefix].shape, device="cuda", generator=generator)
-        kcache.v[:, :, :prefix] = torch.randn(kcache.v[:, :, :prefix].shape, device="cuda", generator=generator)
-        rcache.k[:, :, :prefix], rcache.v[:, :, :prefix] = (kcache.k[:, :, :prefix].float(),
-                                                            kcache.v[:, :, :prefix].float())
-        kcache.length = rcache.length = prefix
+        _random_prefix(kcache, generator, 23, rcache)
         for buffer in kstack.kernel_step.scratch:  # poisoned: every element read must have been written
             buffer.fill_(float("nan"))
         with torch.inference_mode():
@@ -70,10 +79,63 @@ def test_kernel_step_equals_the_pytorch_stack_step_by_step(tiny_checkpoint, tiny
                 expected = rstack(x, rcache)
                 assert torch.isfinite(got).all(), f"step {step}"
                 cos = _cosine(got, expected)
-                assert cos >= 0.9999, f"{checkpoint.name} {which} step {step}: cosine {cos:.6f}"
+                assert cos >= 0.9999, f"{checkpoint.name} {which} {design} step {step}: cosine {cos:.6f}"
                 pos = kcache.length - 1
                 assert _cosine(kcache.k[:, :, pos], rcache.k[:, :, pos]) >= 0.9999
                 assert _cosine(kcache.v[:, :, pos], rcache.v[:, :, pos]) >= 0.9999
+
+
+def test_dataflow_step_equals_the_barrier_step_over_300_steps(full_checkpoint):
+    """The 0.6B talker's dataflow step against the barrier step on the same inputs for 300 steps in a row (the cache
+    growing from 23 to 323 positions, the counters' targets scaled by the launch): hidden-state cosine >= 0.99999 per
+    step, the same K/V but where a bf16 rounding went the other way (at most 1% of the new elements), and every
+    counter at 300 launches' worth."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    tts = load_tts(full_checkpoint, device="cuda", megakernel=True)
+    stack = tts.model.talker.model
+    barrier, dataflow = stack.kernel_step, KernelStep(stack, design="dataflow")
+    cfg, steps, prefix = stack.cfg, 300, 23
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    caches = [KVCache(cfg, prefix + steps, "cuda", torch.bfloat16) for _ in range(2)]
+    _random_prefix(caches[0], generator, prefix, caches[1])
+    with torch.inference_mode():
+        for step in range(steps):
+            x = torch.randn(1, cfg.hidden_size, device="cuda", generator=generator)
+            expected, got = barrier(x, caches[0]).float(), dataflow(x, caches[1]).float()
+            assert torch.isfinite(got).all(), f"step {step}"
+            cos = _cosine(got, expected)
+            assert cos >= 0.99999, f"step {step}: cosine {cos:.7f}"
+    for name in ("k", "v"):
+        ref, new = (getattr(c, name)[:, :, prefix:].float() for c in caches)
+        assert caches[1].length == prefix + steps and torch.equal(getattr(caches[0], name)[:, :, :prefix],
+                                                                  getattr(caches[1], name)[:, :, :prefix]), name
+        differ = (ref != new).float().mean().item()
+        assert differ <= 0.01, f"{name}: {differ:.2%} of the new elements differ"
+        assert _cosine(ref, new) >= 0.99999, name
+    counts = dataflow.counters.view(cfg.num_layers, 5).cpu()
+    blocks, heads = steps * dataflow.blocks, steps * cfg.num_heads
+    assert (counts == torch.tensor([blocks, heads, blocks, blocks, blocks], dtype=torch.int32)).all(), counts
+
+
+def test_a_stalled_dataflow_step_raises_and_the_next_one_runs(tiny_checkpoint):
+    """A launch whose counters can never reach their targets (told it is the 4th launch on fresh counters) ends with
+    a RuntimeError naming layer and stage within seconds, instead of hanging the GPU, and leaves the cache's length;
+    the next step, on reset counters, equals the barrier step."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    tts = load_tts(tiny_checkpoint, device="cuda", megakernel=True)
+    stack = tts.model.talker.model
+    barrier, dataflow = stack.kernel_step, KernelStep(stack, design="dataflow")
+    generator = torch.Generator(device="cuda").manual_seed(8)
+    caches = [KVCache(stack.cfg, 40, "cuda", torch.bfloat16) for _ in range(2)]
+    _random_prefix(caches[0], generator, 11, caches[1])
+    x = torch.randn(1, stack.cfg.hidden_size, device="cuda", generator=generator)
+    dataflow.launches = 3
+    with torch.inference_mode():
+        with pytest.raises(RuntimeError, match=r"dataflow step stalled at layer 0 stage [BC] \("):
+            dataflow(x, caches[1])
+        assert caches[1].length == 11 and dataflow.launches == 0 and not dataflow.counters.any()
+        expected, got = barrier(x, caches[0]).float(), dataflow(x, caches[1]).float()
+    assert _cosine(got, expected) >= 0.99999 and caches[1].length == 12
 
 
 def test_attention_prologue_equals_the_pytorch_ops(tiny_checkpoint, full_checkpoint):

@@ -26,21 +26,33 @@ def _scratch(n: int, device) -> torch.Tensor:
 
 
 class KernelStep:
-    """A DecoderStack's one-token step in the kernel: same weights, same KV cache, fp32 activations."""
+    """A DecoderStack's one-token step in the kernel: same weights, same KV cache, fp32 activations.
+
+    design "barrier" (the engine's) runs stack_step (csrc/megakernel/decoder_step.cuh), its stages ended by grid
+    barriers; "dataflow" runs csrc/megakernel/dataflow.cuh, whose stages wait only for counters of their producers
+    while each block streams its next weights into shared memory. The dataflow step reads a flag back after each
+    launch (a host synchronization), so that a stalled launch raises instead of hanging.
+    """
 
     WEIGHTS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
                "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
                "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight",
                "self_attn.k_norm.weight")
+    DESIGNS = ("barrier", "dataflow")
+    # where a dataflow launch stalled: DataflowParams.stalled's stage (csrc/megakernel/params.h)
+    STAGES = ("A (q/k/v)", "B (attention)", "C (o_proj)", "D (gate/up)", "E (down)", "F (final norm)")
 
-    def __init__(self, stack: DecoderStack, tokens: int = 1):
+    def __init__(self, stack: DecoderStack, tokens: int = 1, design: str = "barrier"):
         """tokens: how many tokens the stack's scratch holds (2 for the code predictor, whose frame-kernel pass
-        takes both prefill tokens at once)."""
+        takes both prefill tokens at once). design: one of DESIGNS."""
+        if design not in self.DESIGNS:
+            raise ValueError(f"unknown kernel step design {design!r}; one of: {', '.join(self.DESIGNS)}")
         cfg = stack.cfg
         first = next(stack.parameters())
         require_bf16_cuda(first)
         self.module = build()
         self.cfg = cfg
+        self.design = design
         device = first.device
         params = [dict(layer.named_parameters()) for layer in stack.layers]
         pointers = [[layer[name].data_ptr() for name in self.WEIGHTS] for layer in params]
@@ -51,17 +63,53 @@ class KernelStep:
         dims = [cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim]
         self.stack = self.module.stack(self.layers, dims, cfg.rms_norm_eps, cfg.rope_theta, stack.norm.weight,
                                        *self.scratch, tokens)
-        self.blocks = self.module.plan_step_blocks(self.stack, MAX_POSITIONS)
+        if design == "dataflow":
+            self.blocks, self.shared_bytes = self.module.plan_dataflow(self.stack, MAX_POSITIONS)
+            # (layers, 5) int32: what each stage of each layer has counted done, over every launch so far
+            self.counters = torch.zeros(cfg.num_layers * 5, dtype=torch.int32, device=device)
+            self.stalled = torch.zeros(1, dtype=torch.int32, device=device)  # where a launch stalled (0: none)
+            self.launches = 0  # launches made on these counters
+        else:
+            self.blocks = self.module.plan_step_blocks(self.stack, MAX_POSITIONS)
 
     def __call__(self, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """x (1, hidden) -> final-normed hidden (1, hidden) in x's dtype; writes K/V at cache.length."""
-        if cache.capacity > MAX_POSITIONS:
-            raise RuntimeError(f"KV cache of {cache.capacity} positions exceeds the kernel's {MAX_POSITIONS}")
+        """x (1, hidden) -> final-normed hidden (1, hidden) in x's dtype; writes K/V at cache.length.
+
+        Raises:
+            RuntimeError: the cache is beyond the kernel's size, or a dataflow launch stalled (check()).
+        """
         out = _scratch(self.cfg.hidden_size, x.device)
-        self.module.decoder_step(self.stack, cache.k, cache.v, cache.length, x.reshape(-1).float().contiguous(), out,
-                                 self.blocks)
+        self.launch(x.reshape(-1).float().contiguous(), out, cache)
+        self.check()
         cache.length += 1
         return out.to(x.dtype)[None]
+
+    def launch(self, x: torch.Tensor, out: torch.Tensor, cache: KVCache) -> None:
+        """The step's launch alone, with no host synchronization: x (hidden,) fp32 -> out (hidden,) fp32, K/V
+        written at cache.length, which the caller advances once the step is known good (check())."""
+        if cache.capacity > MAX_POSITIONS:
+            raise RuntimeError(f"KV cache of {cache.capacity} positions exceeds the kernel's {MAX_POSITIONS}")
+        if self.design == "barrier":
+            self.module.decoder_step(self.stack, cache.k, cache.v, cache.length, x, out, self.blocks)
+            return
+        step = self.launches + 1  # counted only once launched: the counters wait for this many launches' work
+        self.module.dataflow_step(self.stack, cache.k, cache.v, cache.length, x, out, self.counters, self.stalled,
+                                  step, self.blocks, self.shared_bytes)
+        self.launches = step
+
+    def check(self) -> None:
+        """Raises RuntimeError where a dataflow launch so far stalled (a wait on its inputs timed out: a bug, never
+        slowness); the counters are then reset, so the next launch starts afresh. Synchronizes with the GPU."""
+        if self.design == "barrier":
+            return
+        code = int(self.stalled.item())
+        if code:
+            self.counters.zero_()
+            self.stalled.zero_()
+            self.launches = 0
+            layer, stage = divmod(code - 1, 8)
+            raise RuntimeError(f"dataflow step stalled at layer {layer} stage {self.STAGES[stage]}: a wait for its "
+                               f"inputs timed out; the launch ended early, its output and K/V are not valid")
 
 
 class FrameKernel:
