@@ -335,7 +335,8 @@ class _EncodedOnce:
     worse (bench/whisper_window.py, espeak-ng turns cut as the VAD cuts them). Cut to the turn plus 1 s, or to at
     least 5 s, it repeats short turns ("No. No. No. ...") and loses the "..." of hanging ones, which the end of turn
     reads; at 10-15 s it still repeats one-word turns; at 20 s it reads 5 of 72 hanging windows as finished
-    sentences; at 25 s English reads as at 30 s, for 0.15 s, but a German line's detected language wavers."""
+    sentences; at 25 s (0.12-0.16 s sooner) the word error rate holds, but hanging windows read as trailing in 194 of
+    216 against 197, and a German line's detected confidence moves by up to 0.1 with one frame more."""
 
     def __init__(self, encode):
         self._encode = encode
