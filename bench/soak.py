@@ -11,7 +11,7 @@ seeded 0..--barge-delay-s), the next line is spoken, the VAD hears it, the reply
 that speech is the next turn; a barge-in turn's line asks for a long reply. Otherwise the next line
 starts once the loop is listening again.
 
-Measured: the process's RSS (/proc/self/statm), threads (/proc/self/task, and Python's), open file
+Measured: the process's RSS (/proc/self/statm), threads (/proc/self/task by name, and Python's), open file
 descriptors (/proc/self/fd), after gc.collect(), at the end of each turn after the --warm-up turns
 when the loop is listening (not while a barge-in turn runs); also before the audio devices, history
 and loop are opened (the models loaded and run once) and after all are closed. The figures are
@@ -47,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -88,13 +89,33 @@ def plan(turns: int, barge_ins: int, typed_share: float, seed: int) -> list[Step
     return steps
 
 
+def thread_names() -> list[str]:
+    """The names of the process's kernel tasks (its threads; a native pool's workers share the process's name)."""
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            names.append(Path(f"/proc/self/task/{task}/comm").read_text().strip())
+        except FileNotFoundError:  # it ended while being listed
+            pass
+    return sorted(names)
+
+
 def sample() -> dict:
-    """The process's RSS (MB), threads (kernel tasks and Python threads) and open file descriptors now."""
+    """The process's RSS (MB), threads (kernel tasks, by name, and Python threads) and open file descriptors now."""
     gc.collect()  # what is still held, not garbage waiting for a collection
+    # threads that a turn's end is winding down (a native pool leaves a moment after its thread) are not the ones
+    # that stay: the names are taken once they hold for 0.2 s
+    names = thread_names()
+    for _ in range(10):
+        time.sleep(0.2)
+        names, before = thread_names(), names
+        if names == before:
+            break
     pages = int(Path("/proc/self/statm").read_text().split()[1])
     return {
         "rss_mb": pages * os.sysconf("SC_PAGE_SIZE") / 2**20,
-        "threads": len(os.listdir("/proc/self/task")),
+        "threads": len(names),
+        "thread_names": dict(Counter(names)),
         "python_threads": threading.active_count(),
         "fds": len(os.listdir("/proc/self/fd")),
     }
@@ -382,14 +403,23 @@ def check(report: dict, history_file: Path, llm_history: list[dict], clauses, ma
                   f"{last['turn'] + 1} ({growth:+.1f} MB; peak {max(s['rss_mb'] for s in samples):.1f} MB)")
         steady = all(first[k] == last[k] for k in ("threads", "python_threads", "fds"))
         invariant("threads and fds steady while running", steady,
-                  ", ".join(f"{k} {first[k]} -> {last[k]}" for k in ("threads", "python_threads", "fds")))
+                  ", ".join(f"{k} {first[k]} -> {last[k]}" for k in ("threads", "python_threads", "fds"))
+                  + threads_changed(first, last))
     else:
         invariant("RSS, threads and fds sampled", False, f"{len(samples)} sample(s): too few turns after the warm-up")
     b, a = report["before_open"], report["after_close"]
     invariant("threads and fds back to the baseline after close",
               all(b[k] == a[k] for k in ("threads", "python_threads", "fds")),
-              ", ".join(f"{k} {b[k]} -> {a[k]}" for k in ("threads", "python_threads", "fds")))
+              ", ".join(f"{k} {b[k]} -> {a[k]}" for k in ("threads", "python_threads", "fds")) + threads_changed(b, a))
     return checks
+
+
+def threads_changed(before: dict, after: dict) -> str:
+    """'; threads +2 python, -1 threaded-ml': the named threads whose number differs between two samples."""
+    names = sorted(before["thread_names"].keys() | after["thread_names"].keys())
+    changes = [f"{n:+d} {name}" for name in names
+               if (n := after["thread_names"].get(name, 0) - before["thread_names"].get(name, 0))]
+    return f"; threads {', '.join(changes)}" if changes else ""
 
 
 def machine() -> str:
