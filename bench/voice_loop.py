@@ -151,18 +151,20 @@ def _running(pid: int) -> bool:
         return False
 
 
-def speech(text: str, folder: Path) -> np.ndarray:
-    """espeak-ng's en-us voice at 150 words a minute, as (n,) float32 at 16 kHz; rendered into `folder`
-    unless an earlier run left it there (named by the text's hash, so an edited line is rendered anew)."""
+def speech(text: str, folder: Path, voice: str = "en-us") -> np.ndarray:
+    """espeak-ng's `voice` at 150 words a minute, as (n,) float32 at 16 kHz; rendered into `folder` unless an
+    earlier run left it there (named by the hash of the text, and of the voice where it is not en-us, so an edited
+    line is rendered anew)."""
     import soundfile
     import soxr
 
-    wav = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.wav"
+    name = text if voice == "en-us" else f"{voice}:{text}"  # en-us lines keep the names rendered folders have
+    wav = folder / f"{hashlib.sha256(name.encode()).hexdigest()[:16]}.wav"
     if not wav.is_file():
         if shutil.which("espeak-ng") is None:
             raise SystemExit(f"{wav} ({text!r}) is not there and espeak-ng is not installed to render it; "
                              "render the lines elsewhere with --voices DIR --voices-only and bring DIR")
-        subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(wav), text], check=True)
+        subprocess.run(["espeak-ng", "-v", voice, "-s", "150", "-w", str(wav), text], check=True)
     audio, rate = soundfile.read(wav, dtype="float32")
     return soxr.resample(audio, rate, USER_RATE_HZ).astype(np.float32)
 

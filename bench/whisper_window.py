@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from turn_taking import FILLERS, PAUSED, QUESTIONS, STATEMENTS  # noqa: E402
+from voice_loop import speech  # noqa: E402
 
 from engine.stt import SAMPLE_RATE_HZ, Transcriber, TranscriberOptions  # noqa: E402
 from engine.stt.turn import Words, judge_words  # noqa: E402
@@ -56,14 +56,8 @@ def lines() -> list[tuple[str, str, str]]:
 
 
 def speak(text: str, voice: str, folder: Path) -> np.ndarray:
-    """espeak-ng at 150 words a minute, cut to its voiced samples, as (n,) float32 at 16 kHz."""
-    import soundfile
-    import soxr
-
-    wav = folder / "line.wav"
-    subprocess.run(["espeak-ng", "-v", voice, "-s", "150", "-w", str(wav), text], check=True)
-    audio, rate = soundfile.read(wav, dtype="float32")
-    audio = soxr.resample(audio, rate, SAMPLE_RATE_HZ).astype(np.float32)
+    """bench/voice_loop.py's espeak-ng line, cut to its voiced samples."""
+    audio = speech(text, folder, voice)
     lo, hi = np.flatnonzero(np.abs(audio) > 0.01)[[0, -1]]
     return audio[lo:hi + 1]
 
