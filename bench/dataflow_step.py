@@ -9,9 +9,11 @@ KV cache of --prefix positions, taking turns step by step, each growing its own 
 timed alone with CUDA events (KernelStep.launch: no host synchronization inside them; the dataflow step's stall
 check follows the end event); --warmup steps first, then p50 / p95 over --steps. The floor is the stack's layer
 weight bytes over the device-to-device copy bandwidth measured in the same run. The last column is the lowest
-cosine between the two designs' outputs over the timed steps (1 = equal).
+cosine between the two designs' outputs over the timed steps (1 = equal). With --trace N, N more steps of each
+design run with the kernel's trace on (csrc/megakernel/common.cuh), and a second table splits a step's time by stage
+into block 0's own share of the stage and its wait for the rest of the grid (the barrier, or the counter).
 
-    python bench/dataflow_step.py --size 0.6b
+    python bench/dataflow_step.py --size 0.6b [--trace 50]
 """
 
 from __future__ import annotations
@@ -30,19 +32,25 @@ from engine.tts.kernels.megakernel import KernelStep  # noqa: E402
 from engine.tts.model import KVCache  # noqa: E402
 from gpu_bandwidth import copy_bandwidth_gbs  # noqa: E402  (bench/, the script's folder)
 from bench_checkpoint import add_arguments as add_checkpoint_arguments, checkpoint  # noqa: E402  (bench/)
+from megakernel_trace import LAUNCH, STAGES  # noqa: E402  (bench/)
+
+
+def random_caches(cfg, designs, prefix: int, capacity: int, generator) -> dict[str, KVCache]:
+    """Per design, a KV cache holding the same `prefix` random positions."""
+    caches = {design: KVCache(cfg, capacity, "cuda", torch.bfloat16) for design in designs}
+    shape = (cfg.num_layers, cfg.num_kv_heads, prefix, cfg.head_dim)
+    keys, values = (torch.randn(shape, device="cuda", generator=generator) for _ in range(2))
+    for cache in caches.values():
+        cache.k[:, :, :prefix], cache.v[:, :, :prefix] = keys, values
+        cache.length = prefix
+    return caches
 
 
 def time_designs(steps: dict[str, KernelStep], args) -> tuple[dict[str, list[float]], float]:
     """Per design, the timed steps' milliseconds; and the lowest cosine between the designs' outputs."""
     cfg = next(iter(steps.values())).cfg
     generator = torch.Generator(device="cuda").manual_seed(0)
-    capacity = args.prefix + args.warmup + args.steps
-    caches = {design: KVCache(cfg, capacity, "cuda", torch.bfloat16) for design in steps}
-    shape = (cfg.num_layers, cfg.num_kv_heads, args.prefix, cfg.head_dim)
-    keys, values = (torch.randn(shape, device="cuda", generator=generator) for _ in range(2))
-    for cache in caches.values():
-        cache.k[:, :, :args.prefix], cache.v[:, :, :args.prefix] = keys, values
-        cache.length = args.prefix
+    caches = random_caches(cfg, steps, args.prefix, args.prefix + args.warmup + args.steps, generator)
     outs = {design: torch.empty(cfg.hidden_size, dtype=torch.float32, device="cuda") for design in steps}
     times = {design: [] for design in steps}
     lowest = 1.0
@@ -66,12 +74,46 @@ def time_designs(steps: dict[str, KernelStep], args) -> tuple[dict[str, list[flo
     return times, lowest
 
 
+def trace_designs(steps: dict[str, KernelStep], args) -> dict[str, np.ndarray]:
+    """Per design, block 0's microseconds a step (p50 over --trace steps) per stage A-E: (its own share of the stage,
+    its wait for the rest of the grid to finish it), from the kernel's trace (common.cuh): the barrier step stamps
+    the grid barrier after each stage, the dataflow step its wait on that stage's counter."""
+    cfg = next(iter(steps.values())).cfg
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    caches = random_caches(cfg, steps, args.prefix, args.prefix + args.trace, generator)
+    x = torch.randn(cfg.hidden_size, device="cuda", generator=generator)
+    out = torch.empty(cfg.hidden_size, dtype=torch.float32, device="cuda")
+    result = {}
+    for design, step in steps.items():
+        trace = torch.zeros((args.trace * (len(STAGES) * cfg.num_layers + 1), 3), dtype=torch.int64, device="cuda")
+        with torch.inference_mode():
+            step.module.set_trace(trace)
+            for _ in range(args.trace):
+                step.launch(x, out, caches[design])
+                caches[design].length += 1
+            torch.cuda.synchronize()
+            count = step.module.set_trace(None)
+            step.check()
+        per_step = np.zeros((args.trace, len(STAGES), 2))  # ns: own share, wait
+        launch, left = -1, 0
+        for tag, arrive, leave in trace[:count].cpu().numpy():
+            if tag == LAUNCH:
+                launch += 1
+            else:
+                per_step[launch, tag] += (arrive - left, leave - arrive)
+            left = leave
+        result[design] = np.median(per_step, axis=0) / 1e3
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     add_checkpoint_arguments(parser)
     parser.add_argument("--prefix", type=int, default=100, help="cached positions before the first step")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--trace", type=int, default=0, help="also trace this many steps of each design: where the "
+                        "time goes, stage by stage")
     args = parser.parse_args()
     folder = checkpoint(args)
     bandwidth = copy_bandwidth_gbs()
@@ -82,6 +124,7 @@ def main() -> int:
     print("| stack step (ms) | barrier p50 / p95 | dataflow p50 / p95 | barrier / dataflow | floor "
           "| dataflow / floor | lowest cosine |")
     print("|---|---|---|---|---|---|---|")
+    traced = {}
     for name, stack in stacks.items():
         steps = {"barrier": stack.kernel_step, "dataflow": KernelStep(stack, design="dataflow")}
         times, lowest = time_designs(steps, args)
@@ -90,6 +133,17 @@ def main() -> int:
         cells = " | ".join(f"{p50[d]:.3f} / {np.percentile(times[d], 95):.3f}" for d in steps)
         print(f"| {name} | {cells} | {p50['barrier'] / p50['dataflow']:.2f}x | {floor:.3f} "
               f"| {p50['dataflow'] / floor:.1f}x | {lowest:.7f} |")
+        if args.trace:
+            traced[name] = trace_designs(steps, args)
+    if traced:
+        print(f"\nWhere a step's time goes: block 0's own share of each stage / its wait for the grid to finish it, "
+              f"us a step summed over the layers, p50 of {args.trace} traced steps\n")
+        print("| stack | design | " + " | ".join(STAGES) + " | own share | waiting |")
+        print("|---|---|" + "---|" * (len(STAGES) + 2))
+        for name, designs in traced.items():
+            for design, us in designs.items():
+                cells = " | ".join(f"{own:.0f} / {wait:.0f}" for own, wait in us)
+                print(f"| {name} | {design} | {cells} | {us[:, 0].sum():.0f} | {us[:, 1].sum():.0f} |")
     return 0
 
 

@@ -418,7 +418,7 @@ int64_t plan_frame_blocks(mk::FrameParams p, int64_t capacity) {
   return plan(mk::frame_coresident_blocks, mk::frame_shared_bytes(p), "frame");
 }
 
-// Record the grid barriers of the launches that follow into trace (int64 (n, 3): tag, arrive ns,
+// Record the grid barriers (and dataflow waits) of the launches that follow into trace (int64 (n, 3): tag, arrive ns,
 // leave ns; see common.cuh), or stop (None); returns how many the previous buffer got.
 int64_t set_trace(c10::optional<torch::Tensor> trace) {
   int count = 0;
@@ -446,7 +446,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("dataflow_step", &dataflow_step,
         "one decode step of a Qwen3 decoder stack in one persistent launch without grid barriers");
   m.def("plan_dataflow", &plan_dataflow, "co-resident blocks and shared memory for a dataflow-step launch");
-  m.def("set_trace", &set_trace, "record the following launches' grid barriers (bench/megakernel_trace.py)");
+  m.def("set_trace", &set_trace,
+        "record the following launches' grid barriers and dataflow waits (bench/megakernel_trace.py, "
+        "bench/dataflow_step.py)");
   m.def("plan_frame_blocks", &plan_frame_blocks, "co-resident blocks for a frame launch");
   m.def("attention_prologue", &attention_prologue,
         "a prefill layer's q/k RMSNorm (where given) + RoPE and K/V cache write for its tokens, in one launch");

@@ -69,8 +69,8 @@ __device__ __forceinline__ uint4 load_weights(const __nv_bfloat16* w) {
 
 // --- barrier trace -----------------------------------------------------------------------------------
 // Off unless set_trace (megakernel.cu) points it at a buffer; then block 0 records, for each grid
-// barrier, its tag and the %globaltimer (ns) when the block arrives and when it leaves
-// (bench/megakernel_trace.py reads it).
+// barrier (and each of the dataflow step's waits), its tag and the %globaltimer (ns) when the block
+// arrives and when it leaves (bench/megakernel_trace.py and bench/dataflow_step.py read it).
 enum Tag : int {  // stack stages A..E are base + 0..4
   kTalker = 0, kPredictor = 8, kCodecHead = 16, kCodecPick, kPredictorHead, kPredictorPick, kFrameEnd,
   kProjection, kLaunch,  // kLaunch: a launch's start (arrive = leave)

@@ -84,10 +84,12 @@ __device__ __forceinline__ void signal(unsigned* counter, unsigned n = 1) {
                                      "r"(n) : "memory");
 }
 
-// Whole block: until *counter reaches target. False where this wait timed out after kStallNs (recorded in f.stalled as
-// `code`, unless another wait was first) or another block's did (both looked at every 64 polls, off the path of a
-// wait that succeeds): the launch then ends.
-__device__ __forceinline__ bool wait_for(const DataflowParams& f, const unsigned* counter, unsigned target, int code) {
+// Whole block: until *counter, stage `stage`'s, reaches target. False where this wait timed out after kStallNs
+// (recorded in f.stalled as `code`, unless another wait was first) or another block's did (both looked at every 64
+// polls, off the path of a wait that succeeds): the launch then ends. Block 0 traces each wait as the barrier step
+// traces the barrier after the same stage (tag kTalker + stage: arrived with its own share done, left with all).
+__device__ __forceinline__ bool wait_for(const DataflowParams& f, const unsigned* counter, unsigned target, int code,
+                                         int stage) {
   bool ok = true;
   if (threadIdx.x == 0) {
     const unsigned long long start = now_ns();
@@ -100,6 +102,7 @@ __device__ __forceinline__ bool wait_for(const DataflowParams& f, const unsigned
       }
       __nanosleep(32);
     }
+    if (blockIdx.x == 0 && g_trace.slots != nullptr) trace_stamp(kTalker + stage, start);
   }
   return __syncthreads_and(ok);
 }
@@ -240,36 +243,37 @@ __device__ void dataflow_step(const StackParams& p, const DataflowParams& f, int
     const int where = 1 + 8 * l;  // + the stage: f.stalled's code
     const float* residual = l == 0 ? x_in : p.x;
     // A (layer 0's input is the launch's own)
-    if (l > 0 && !wait_for(f, done - kDataflowStages + kStageE, every_block, where + kStageA)) return ring.drain();
+    if (l > 0 && !wait_for(f, done - kDataflowStages + kStageE, every_block, where + kStageA, kStageE))
+      return ring.drain();
     load_normed(work, residual, w.input_norm, H, p.eps, scratch);
     ring.use<1>(p, 0, work, [&](int r, const float* d) { p.qkv[r] = d[0]; });
     signal(done + kStageA);
     // B
     if (blockIdx.x < NH) {
-      if (!wait_for(f, done + kStageA, every_block, where + kStageB)) return ring.drain();
+      if (!wait_for(f, done + kStageA, every_block, where + kStageB, kStageA)) return ring.drain();
       unsigned heads = 0;
       for (int h = blockIdx.x; h < NH; h += gridDim.x, ++heads) attention_head(p, w, l, pos, h, work, scratch);
       signal(done + kStageB, heads);
     }
     // C
-    if (!wait_for(f, done + kStageB, every_head, where + kStageC)) return ring.drain();
+    if (!wait_for(f, done + kStageB, every_head, where + kStageC, kStageB)) return ring.drain();
     load_shared(work, p.attn, q_rows);
     ring.use<1>(p, 1, work, [&](int r, const float* d) { p.x[r] = residual[r] + d[0]; });
     signal(done + kStageC);
     // D
-    if (!wait_for(f, done + kStageC, every_block, where + kStageD)) return ring.drain();
+    if (!wait_for(f, done + kStageC, every_block, where + kStageD, kStageC)) return ring.drain();
     load_normed(work, p.x, w.post_norm, H, p.eps, scratch);
     ring.use<2>(p, 2, work, [&](int r, const float* d) { p.mlp[r / 2] = d[0] / (1.0f + __expf(-d[0])) * d[1]; });
     signal(done + kStageD);
     // E
-    if (!wait_for(f, done + kStageD, every_block, where + kStageE)) return ring.drain();
+    if (!wait_for(f, done + kStageD, every_block, where + kStageE, kStageD)) return ring.drain();
     load_shared(work, p.mlp, I);
     ring.use<1>(p, 3, work, [&](int r, const float* d) { p.x[r] += d[0]; });
     signal(done + kStageE);
   }
   if (blockIdx.x == 0) {
     const unsigned* last = f.counters + (L - 1) * kDataflowStages + kStageE;
-    if (!wait_for(f, last, every_block, 1 + 8 * (L - 1) + kStageFinal)) return;
+    if (!wait_for(f, last, every_block, 1 + 8 * (L - 1) + kStageFinal, kStageE)) return;
     final_norm_shared(p, p.x, work, scratch);
     for (int i = threadIdx.x; i < H; i += blockDim.x) out[i] = work[i];
   }

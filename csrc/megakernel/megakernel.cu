@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ StackParams p;
   __shared__ LayerWeights layers[kMaxLayers];
   __shared__ Slice slices[kMatvecs];
+  trace_launch();
   copy_layers(layers, params.layers, params.num_layers);
   if (threadIdx.x == 0) {
     p = params;

@@ -137,6 +137,33 @@ def test_a_stalled_dataflow_step_raises_and_the_next_one_runs(tiny_checkpoint):
     assert _cosine(got, expected) >= 0.99999 and caches[1].length == 12
 
 
+def test_a_traced_dataflow_step_stamps_its_waits_as_the_barrier_step_stamps_its_barriers(tiny_checkpoint):
+    """With the kernel's trace on (bench/dataflow_step.py --trace reads it), one launch of either design leaves the
+    launch's mark, then stages A to E of each layer in order (the dataflow step's wait for a layer's E comes before the
+    next layer's A), each left no sooner than arrived and after the one before; with it off again, nothing more."""
+    tts = load_tts(tiny_checkpoint, device="cuda", megakernel=True)
+    stack = tts.model.talker.model
+    cfg = stack.cfg
+    x = torch.randn(cfg.hidden_size, device="cuda", generator=torch.Generator(device="cuda").manual_seed(9))
+    out = torch.empty(cfg.hidden_size, dtype=torch.float32, device="cuda")
+    expected = [22] + [0, 1, 2, 3, 4] * cfg.num_layers  # kLaunch, then kTalker + stage (common.cuh's Tag)
+    for step in (stack.kernel_step, KernelStep(stack, design="dataflow")):
+        cache = KVCache(cfg, 8, "cuda", torch.bfloat16)
+        trace = torch.zeros((64, 3), dtype=torch.int64, device="cuda")
+        with torch.inference_mode():
+            step.module.set_trace(trace)
+            step.launch(x, out, cache)
+            torch.cuda.synchronize()
+            assert step.module.set_trace(None) == len(expected), step.design
+            step.check()
+            step.launch(x, out, cache)
+            torch.cuda.synchronize()
+        rows = trace.cpu().numpy()
+        assert rows[:, 0].tolist()[: len(expected)] == expected and not rows[len(expected) :].any(), step.design
+        stamps = rows[: len(expected)]
+        assert (stamps[:, 2] >= stamps[:, 1]).all() and (np.diff(stamps[:, 2]) >= 0).all(), step.design
+
+
 def test_attention_prologue_equals_the_pytorch_ops(tiny_checkpoint, full_checkpoint):
     """A multi-token Attention.forward with the kernel's prologue (q/k/v in one GEMM over the stacked weights, which
     q_proj, k_proj and v_proj then view with unchanged values; q/k norm, RoPE, K/V cache write in one launch) against
