@@ -1,0 +1,134 @@
+"""Replay of bench/turn_taking.py's 48 spoken turns through the end-of-turn policy alone, with the words of a pause
+ready at once, as on a GPU (Whisper base takes milliseconds there): for each (turn_check_ms, sentence_ms) asked,
+when the Endpointer decides each turn and which pauses for thought it cuts.
+
+Method: each turn's speech (espeak-ng, as the benchmark's) with 2.5 s of silence after it, over the software
+microphone's noise floor, is fed block by block to engine/stt/vad.py's Endpointer with Silero VAD, Smart Turn v3.2
+and a words judge that transcribes the pause's audio there and then (engine/stt/turn.py judge_words; the transcript
+of a pause is kept for every policy, as the audio is the same). Decision: the end of the turn's last speech block
+-> the block whose arrival ends the turn, in the stream's own time. A turn that ends in its pause for thought is a
+false cut-off. What this leaves out is the reply's work after the decision and the sound card, which
+bench/turn_taking.py measures end to end (on a GPU some 100-140 ms).
+
+Whisper runs on the CPU in int8, as the app there, or with --float32, nearer the GPU's float16: the two read some
+hanging voices differently, and a hanging voice read as a finished sentence is what cuts a pause.
+
+    python bench/turn_policy.py                                    # the defaults
+    python bench/turn_policy.py --policies 200:600,150:600,200:400 --float32
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from turn_taking import percentile, script, utterance  # noqa: E402
+from virtual_audio import MIC_NOISE_RMS  # noqa: E402
+
+from engine.stt import SileroVad, Transcriber, TranscriberOptions, VadOptions  # noqa: E402
+from engine.stt.turn import TurnModel, judge_words  # noqa: E402
+from engine.stt.vad import Endpointer, Turn, split_blocks  # noqa: E402
+
+TRAILING_SILENCE_S = 2.5  # longer than the longest pause the policies wait for
+
+
+class Asked:
+    """The end-of-turn model, with what it said last (for --verbose)."""
+
+    def __init__(self, model):
+        self.model, self.said = model, []
+
+    def probability(self, audio_16k: np.ndarray) -> float:
+        self.said.append(self.model.probability(audio_16k))
+        return self.said[-1]
+
+
+def replay(audio: np.ndarray, options, vad, model, judge) -> list:
+    """The Endpointer's Turn events for one turn's audio, each with the stream sample at which it was decided."""
+
+    endpointer = Endpointer(options, vad=vad, turn_model=model, words=lambda key: judge(audio, key))
+    decided = []
+    for i, block in enumerate(split_blocks(audio)):
+        decided += [(turn, (i + 1) * len(block)) for turn in endpointer.feed(block) if isinstance(turn, Turn)]
+    return decided
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policies", default="200:600",
+                        help="turn_check_ms:sentence_ms pairs, comma-separated (the defaults: 200:600)")
+    parser.add_argument("--longest-pause-ms", type=int, default=2000, help="VadOptions.silence_ms")
+    parser.add_argument("--tail-ms", type=int, default=VadOptions.tail_ms, help="VadOptions.tail_ms")
+    parser.add_argument("--float32", action="store_true", help="Whisper in float32 instead of the CPU's int8")
+    parser.add_argument("--voices", help="folder of the lines' speech (default: a temporary one)")
+    parser.add_argument("--whisper", help="a CTranslate2 Whisper folder (default: the bundled base)")
+    parser.add_argument("--turn-model", help="the Smart Turn ONNX file (default: pipecat-ai's)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="each turn's decision and what was heard")
+    args = parser.parse_args(argv)
+    try:
+        policies = [tuple(int(v) for v in p.split(":")) for p in args.policies.split(",")]
+        if any(len(p) != 2 for p in policies):
+            raise ValueError
+    except ValueError:
+        parser.error(f"--policies takes turn_check_ms:sentence_ms pairs, got {args.policies!r}")
+
+    voices = Path(args.voices or tempfile.mkdtemp(prefix="parley-voices-"))
+    voices.mkdir(parents=True, exist_ok=True)
+    transcriber = Transcriber(args.whisper, TranscriberOptions(device="cpu", cpu_threads=2))
+    if args.float32:  # the same model and prompt; only CTranslate2's arithmetic differs
+        transcriber.compute_type = "float32"
+        transcriber._model = transcriber._load()
+    model, vad = Asked(TurnModel(args.turn_model)), SileroVad()
+    heard = {}  # (turn, key) -> its Transcript, shared by the policies
+    rng = np.random.default_rng(0)
+    turns = [(kind, parts, utterance(parts, voices)) for kind, parts in script()]
+    turns = [(kind, parts, np.concatenate([speech, np.zeros(round(TRAILING_SILENCE_S * 16_000), np.float32)])
+              + rng.normal(0, MIC_NOISE_RMS, len(speech) + round(TRAILING_SILENCE_S * 16_000)).astype(np.float32))
+             for kind, parts, speech in turns]
+
+    print(f"{len(turns)} turns, Whisper base {'float32' if args.float32 else transcriber.compute_type}, "
+          f"{model.model.path.name}, longest pause {args.longest_pause_ms} ms\n")
+    print("| turn_check_ms | sentence_ms | decision p50 ms | p95 ms | decided before sentence_ms | false cut-offs |")
+    print("|---|---|---|---|---|---|")
+    for check_ms, sentence_ms in policies:
+        options = VadOptions(silence_ms=args.longest_pause_ms, turn_check_ms=check_ms, sentence_ms=sentence_ms,
+                             tail_ms=args.tail_ms)
+        decisions, at_check, cut = [], 0, []
+        for n, (kind, parts, audio) in enumerate(turns):
+
+            def judge(audio, key, n=n):
+                if key[1] is None:  # the tail after the last speech is not all in: nor would its transcript be
+                    return None
+                if (n, key) not in heard:
+                    heard[n, key] = transcriber.transcribe(audio[key[0] : key[1]])
+                return judge_words(heard[n, key].text, heard[n, key].language)
+
+            model.said.clear()
+            ended = replay(audio, options, vad, model, judge)
+            last, decided_at = ended[-1]
+            tail = round(options.tail_ms * 16)
+            decision_ms = (decided_at - (last.end_sample - tail)) / 16
+            decisions.append(decision_ms)
+            at_check += decision_ms < sentence_ms
+            if len(ended) > 1:
+                cut.append(n)
+            if args.verbose:
+                said = " | ".join(heard[n, key].text if (n, key := (t.start_sample, t.end_sample)) in heard else "?"
+                                  for t, _ in ended)
+                model_said = ", ".join(f"{p:.2f}" for p in model.said)
+                print(f"  {check_ms}:{sentence_ms} turn {n} ({kind}) {decision_ms:.0f} ms, {last.reason}, "
+                      f"model {model_said}: {said}")
+        print(f"| {check_ms} | {sentence_ms} | {percentile(decisions, 50):.0f} | {percentile(decisions, 95):.0f} | "
+              f"{at_check} of {len(turns)} | {len(cut)} of 24{': turns ' + str(cut) if cut else ''} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
