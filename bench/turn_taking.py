@@ -39,6 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from voice_loop import USER_RATE_HZ, Pulse, VirtualAudio, load_transcriber, random_checkpoint, speech  # noqa: E402
 
+from engine.stt.vad import VadOptions  # noqa: E402  (it leaves sounddevice unimported: the audio is set up first)
+
 CONFIGS = ("fixed", "detection", "early")  # the fixed window, end-of-turn detection, the same + early reply
 
 STATEMENTS = [
@@ -133,13 +135,13 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model, early_reply: bool) -> dict:
+def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model, early_reply: bool,
+               tail_ms: int) -> dict:
     from engine.events import TurnFinished
     from engine.listening import VoiceOptions
-    from engine.stt import VadOptions
     from engine.voice_loop import VoiceLoop
 
-    vad = VadOptions(silence_ms=args.longest_pause_ms if turn_model is not None else args.silence_ms)
+    vad = VadOptions(silence_ms=args.longest_pause_ms if turn_model is not None else args.silence_ms, tail_ms=tail_ms)
     watch = Watch()
     latency, cut, early = [], {"paused": 0, "filler": 0}, 0
     options = VoiceOptions(vad=vad, barge_in=False, early_reply=early_reply)
@@ -180,6 +182,8 @@ def main(argv=None) -> int:
     parser.add_argument("--turns", type=int, default=48, help="the first N turns of the script")
     parser.add_argument("--configs", default=",".join(CONFIGS),
                         help=f"which configurations, comma-separated, of: {', '.join(CONFIGS)}")
+    parser.add_argument("--tail-ms", default=str(VadOptions.tail_ms),
+                        help="VadOptions.tail_ms, or several, comma-separated: each configuration runs with each")
     parser.add_argument("--audio", default="pulse", choices=["pulse", "virtual"])
     parser.add_argument("--voices", help="folder of the lines' speech (default: a temporary one)")
     parser.add_argument("--voices-only", action="store_true", help="render the lines into --voices and stop")
@@ -188,6 +192,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="also write each configuration's latencies and cut-offs to this JSON file")
     args = parser.parse_args(argv)
     args.configs = args.configs.split(",")
+    args.tail_ms = [int(t) for t in args.tail_ms.split(",")]
     if not set(args.configs) <= set(CONFIGS):
         parser.error(f"--configs takes {', '.join(CONFIGS)}")
     if args.voices_only and not args.voices:
@@ -231,8 +236,12 @@ def measure(args, audio, work: Path, voices: Path) -> int:
                    "detection": (detection, model, False),
                    "early": (f"{detection} + early reply", model, True)}
         for key in args.configs:
-            name, turn_model, early_reply = configs[key]
-            results[name] = run_config(name, dialogue, mic, audio, turns, voices, args, turn_model, early_reply)
+            for tail_ms in args.tail_ms:
+                name, turn_model, early_reply = configs[key]
+                if len(args.tail_ms) > 1 or tail_ms != VadOptions.tail_ms:
+                    name += f", tail {tail_ms} ms"
+                results[name] = run_config(name, dialogue, mic, audio, turns, voices, args, turn_model, early_reply,
+                                           tail_ms)
 
     paused = sum(kind in ("paused", "filler") for kind, _ in turns)
     tts_path = "megakernel" if tts.model.frame_kernel is not None else "PyTorch"
