@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from turn_taking import percentile, script, utterance  # noqa: E402
 from virtual_audio import MIC_NOISE_RMS  # noqa: E402
 
-from engine.stt import SileroVad, Transcriber, TranscriberOptions, VadOptions  # noqa: E402
+from engine.stt import SAMPLE_RATE_HZ, SileroVad, Transcriber, TranscriberOptions, VadOptions  # noqa: E402
 from engine.stt.turn import TurnModel, judge_words  # noqa: E402
 from engine.stt.vad import Endpointer, Turn, split_blocks  # noqa: E402
 
@@ -40,7 +40,7 @@ TRAILING_SILENCE_S = 2.5  # longer than the longest pause the policies wait for
 
 
 class Asked:
-    """The end-of-turn model, with what it said last (for --verbose)."""
+    """The end-of-turn model, keeping what it said about the turn being replayed (for --verbose)."""
 
     def __init__(self, model):
         self.model, self.said = model, []
@@ -52,7 +52,6 @@ class Asked:
 
 def replay(audio: np.ndarray, options, vad, model, judge) -> list:
     """The Endpointer's Turn events for one turn's audio, each with the stream sample at which it was decided."""
-
     endpointer = Endpointer(options, vad=vad, turn_model=model, words=lambda key: judge(audio, key))
     decided = []
     for i, block in enumerate(split_blocks(audio)):
@@ -88,10 +87,12 @@ def main(argv=None) -> int:
     model, vad = Asked(TurnModel(args.turn_model)), SileroVad()
     heard = {}  # (turn, key) -> its Transcript, shared by the policies
     rng = np.random.default_rng(0)
-    turns = [(kind, parts, utterance(parts, voices)) for kind, parts in script()]
-    turns = [(kind, parts, np.concatenate([speech, np.zeros(round(TRAILING_SILENCE_S * 16_000), np.float32)])
-              + rng.normal(0, MIC_NOISE_RMS, len(speech) + round(TRAILING_SILENCE_S * 16_000)).astype(np.float32))
-             for kind, parts, speech in turns]
+    silence = np.zeros(round(TRAILING_SILENCE_S * SAMPLE_RATE_HZ), np.float32)
+    turns = []
+    for kind, parts in script():
+        speech = np.concatenate([utterance(parts, voices), silence])
+        turns.append((kind, speech + rng.normal(0, MIC_NOISE_RMS, len(speech)).astype(np.float32)))
+    paused = sum(kind in ("paused", "filler") for kind, _ in turns)
 
     print(f"{len(turns)} turns, Whisper base {'float32' if args.float32 else transcriber.compute_type}, "
           f"{model.model.path.name}, longest pause {args.longest_pause_ms} ms\n")
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
         options = VadOptions(silence_ms=args.longest_pause_ms, turn_check_ms=check_ms, sentence_ms=sentence_ms,
                              tail_ms=args.tail_ms)
         decisions, at_check, cut = [], 0, []
-        for n, (kind, parts, audio) in enumerate(turns):
+        for n, (kind, audio) in enumerate(turns):
 
             def judge(audio, key, n=n):
                 if key[1] is None:  # the tail after the last speech is not all in: nor would its transcript be
@@ -113,8 +114,8 @@ def main(argv=None) -> int:
             model.said.clear()
             ended = replay(audio, options, vad, model, judge)
             last, decided_at = ended[-1]
-            tail = round(options.tail_ms * 16)
-            decision_ms = (decided_at - (last.end_sample - tail)) / 16
+            last_speech = last.end_sample - options.tail_ms * SAMPLE_RATE_HZ // 1000
+            decision_ms = (decided_at - last_speech) * 1000 / SAMPLE_RATE_HZ
             decisions.append(decision_ms)
             at_check += decision_ms < sentence_ms
             if len(ended) > 1:
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
                 print(f"  {check_ms}:{sentence_ms} turn {n} ({kind}) {decision_ms:.0f} ms, {last.reason}, "
                       f"model {model_said}: {said}")
         print(f"| {check_ms} | {sentence_ms} | {percentile(decisions, 50):.0f} | {percentile(decisions, 95):.0f} | "
-              f"{at_check} of {len(turns)} | {len(cut)} of 24{': turns ' + str(cut) if cut else ''} |")
+              f"{at_check} of {len(turns)} | {len(cut)} of {paused}{': turns ' + str(cut) if cut else ''} |")
     return 0
 
 
