@@ -149,7 +149,7 @@ def test_a_traced_dataflow_step_stamps_its_waits_as_the_barrier_step_stamps_its_
     expected = [22] + [0, 1, 2, 3, 4] * cfg.num_layers  # kLaunch, then kTalker + stage (common.cuh's Tag)
     for step in (stack.kernel_step, KernelStep(stack, design="dataflow")):
         cache = KVCache(cfg, 8, "cuda", torch.bfloat16)
-        trace = torch.zeros((64, 3), dtype=torch.int64, device="cuda")
+        trace = torch.zeros((2 * len(expected), 3), dtype=torch.int64, device="cuda")  # room to see stray stamps
         with torch.inference_mode():
             step.module.set_trace(trace)
             step.launch(x, out, cache)
