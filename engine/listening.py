@@ -204,12 +204,32 @@ class Listener:
         self._lock = threading.Lock()  # guards the two below, which the partials thread reads
         self._hearing = False  # an utterance is being collected
         self._utterance = 0  # counts utterances, so a late partial of an earlier one is dropped
+        self._gating = False  # speech over a running turn has not passed the barge-in gate yet
+        self._pause_end: int | None = None  # the ending_sample of the pause under way, told to owner and Whisper
 
     def _words(self, key: tuple[int, int]):
         """The Endpointer's judge of a pause's words: None until the early transcript of the turn `key` is made, then
-        what its end says (Words)."""
+        what its end says (Words). Its first ask comes before the end-of-turn model's, so the transcription is offered
+        then: Whisper and the model work at once."""
+        self._pause()
         transcript = self._ahead.made_early(key)
         return None if transcript is None else judge_words(transcript.text, transcript.language)
+
+    def _pause(self) -> None:
+        """Where the Endpointer's pause under way would end the turn, once it changes: to Whisper for the early
+        transcript and to the owner (provisional); the owner hears None when the user goes on instead."""
+        ep = self._endpointer
+        end = ep.ending_sample
+        if end == self._pause_end or self._gating:
+            return
+        if end is not None:
+            turn = ep.ending_turn()
+            if self._ahead is not None:
+                self._ahead.offer_early(turn)
+            self._owner.provisional((turn.start_sample, turn.end_sample))
+        elif ep.in_turn:  # the pause ended in more speech
+            self._owner.provisional(None)
+        self._pause_end = end
 
     # -- commands, from any thread ---------------------------------------------------------------------------
 
@@ -244,9 +264,7 @@ class Listener:
         level: list[np.ndarray] = []
         gate = _BargeInGate(opts)
         levels: deque[tuple[float, float]] = deque(maxlen=gate.history_blocks)  # (t_captured, dBFS): what it measures
-        gating = False  # speech over a running turn has not passed the gate yet
         silent = False  # the microphone's digital silence was reported (DeviceLost) and has not ended
-        early_end = None  # the ending_sample of the pause under way, offered for early transcription
         pos = 0
         try:
             while not self._closing.is_set():
@@ -268,42 +286,34 @@ class Listener:
                     self._owner.emit(Level(rms_dbfs(np.concatenate(level))))
                     level.clear()
                     silent = self._check_silence(silent)
-                if gating and gate.check(levels, self.microphone.echo):
-                    gating = False
+                if self._gating and gate.check(levels, self.microphone.echo):
+                    self._gating = False
                     self._speech_started()
                 for event in ep.feed(block.pcm):
                     if isinstance(event, SpeechStart):
                         if opts.partials:
                             utterance = [b for start, b in recent if start + BLOCK_SAMPLES > event.start_sample]
                         if self._owner.turn_running and ep.mode is Mode.HANDS_FREE and opts.barge_in:
-                            gating = not gate.check(levels, self.microphone.echo)
-                            if gating:
+                            self._gating = not gate.check(levels, self.microphone.echo)
+                            if self._gating:
                                 continue
                         self._speech_started()
-                    elif gating:  # it never passed: Parley's own residual echo, or a murmur
+                    elif self._gating:  # it never passed: Parley's own residual echo, or a murmur
                         log.info("speech over Parley's reply stayed below the barge-in gate (%.1f dBFS); ignored",
                                  gate.threshold_dbfs)
-                        gating = False
+                        self._gating = False
                         utterance = []
                     else:
                         self._heard(event, turn_end=block.t_captured)
                         utterance = []
-                end = ep.ending_sample
-                if end != early_end and not gating:
-                    if end is not None:
-                        turn = ep.ending_turn()
-                        if self._ahead is not None:
-                            self._ahead.offer_early(turn)
-                        self._owner.provisional((turn.start_sample, turn.end_sample))
-                    elif ep.in_turn:  # the pause ended in more speech
-                        self._owner.provisional(None)
-                    early_end = end
+                self._pause()
                 if opts.partials:
                     recent.append((pos - BLOCK_SAMPLES, block.pcm))
                     if self._hearing and ep.in_turn:
                         utterance.append(block.pcm)
                         # in a pause the early transcription runs: a partial then would only delay the turn's
-                        if len(utterance) % partial_blocks == 0 and self._ahead is not None and end is None:
+                        paused = ep.ending_sample is not None
+                        if len(utterance) % partial_blocks == 0 and self._ahead is not None and not paused:
                             self._ahead.offer_partial(self._utterance, np.concatenate(utterance))
         except AudioDeviceError as e:  # the microphone cannot be used: typed turns still work
             self._set(mic_lost=True, hearing=False)

@@ -491,6 +491,42 @@ def test_a_pause_the_voice_calls_finished_but_the_words_leave_hanging_keeps_the_
     assert "table" in text and "people" in text and len(events.of(Heard)) == 1, text
 
 
+def test_the_pause_is_transcribed_while_the_end_of_turn_model_weighs_it(parts, user_mic, speak, monkeypatch):
+    """A pause's early transcription starts before the end-of-turn model is asked about it, so the two work at once
+    (on a GPU the words are in before the model has answered): a transcription begins during each of the model's
+    calls, or between it and the one before. With no tail and no check delay, the pause's audio is complete at the
+    very block the model is asked at: the case most pauses are in with the defaults (Silero's hysteresis puts the two
+    in one block for 52 of the 72 pauses of bench/turn_taking.py's turns), made certain here. A threshold of 0.99
+    keeps the model from ending the turn at a gap between words: the question's full stop ends it, at sentence_ms."""
+    from engine.stt.turn import TurnModel
+
+    model, (dialogue, mic) = TurnModel(), parts
+    asked, transcribed = [], []  # (start, end) of each of the model's calls; when each transcription began
+
+    class Timed:
+        def probability(self, audio_16k):
+            start = time.perf_counter()
+            p = model.probability(audio_16k)
+            asked.append((start, time.perf_counter()))
+            return p
+
+    transcribe = dialogue.transcriber.transcribe
+
+    def timed_transcribe(audio, **kwargs):
+        transcribed.append(time.perf_counter())
+        return transcribe(audio, **kwargs)
+
+    monkeypatch.setattr(dialogue.transcriber, "transcribe", timed_transcribe)
+    vad = VadOptions(silence_ms=2000, turn_check_ms=0, tail_ms=0, turn_threshold=0.99)
+    loop, events = run_loop(dialogue, mic, Timed(), vad=vad)
+    with loop:
+        user_mic(speak(QUESTION))
+        finished = events.wait_for(TurnFinished)
+    assert QUESTION_WORD in finished.result.user_text.lower() and asked
+    for (_, after), (_, end) in zip([(0.0, 0.0), *asked], asked):
+        assert any(after < t < end for t in transcribed), (asked, transcribed)
+
+
 def test_a_finished_sentence_the_voice_seems_to_go_on_from_ends_its_turn_before_the_longest_pause(parts, user_mic,
                                                                                                    speak):
     """The question, 3 s of silence, another sentence, with a 4 s longest pause: the end-of-turn model hears

@@ -194,9 +194,11 @@ class Endpointer:
     Hands-free: a turn starts when speech lasts min_speech_ms and ends after silence_ms of silence, or sooner with
     an end-of-turn model (engine/stt/turn.py TurnModel), asked after turn_check_ms of it. Where the model says the
     user has finished, that ends the turn; with `words(key)` given, which judges the words of the turn that would end
-    (key: its start and end samples, as ending_turn() gives them; None while they are not transcribed, asked again
-    at the next block), only once words that do not trail off agree. Where the model says the user goes on, words
-    that end a sentence end the turn after sentence_ms. Push-to-talk: `press()` and `release()` bound the turn;
+    (key: its start and end samples, as ending_turn() gives them; None while they are not transcribed), only once
+    words that do not trail off agree. Where the model says the user goes on, words that end a sentence end the turn
+    after sentence_ms. The words are asked for first at the check, before the model and again after it, then at each
+    block until judged: a caller that starts transcribing at the first ask (it may call ending_turn() then) has
+    Whisper at work while the model runs. Push-to-talk: `press()` and `release()` bound the turn;
     silence never ends it, and the audio handed back is trimmed to the speech inside (plus pre-roll and
     tail). Not thread-safe: one capture loop feeds it.
     """
@@ -368,14 +370,18 @@ class Endpointer:
             return False
         if not self._asked:
             self._asked = True
+            self._judge_words()
             self._model_done = self.turn_model.probability(np.concatenate(self._blocks)) >= self.options.turn_threshold
         if self.words is None:
             return self._model_done
-        if self._verdict is None and (self._model_done or paused >= self._sentence):
-            self._verdict = self.words((self._begin_sample(), self.ending_sample))
-        if self._verdict is Words.SENTENCE:
+        self._judge_words()
+        if self._verdict is Words.SENTENCE and (self._model_done or paused >= self._sentence):
             return True
         return self._model_done and self._verdict is Words.OPEN
+
+    def _judge_words(self) -> None:
+        if self.words is not None and self._verdict is None and self.ending_sample is not None:
+            self._verdict = self.words((self._begin_sample(), self.ending_sample))
 
     def _finish(self, reason: str, trim_end: bool = True) -> Turn:
         turn = self._turn(reason, min(self._last_speech_end + self._tail, self._pos) if trim_end else self._pos)

@@ -119,36 +119,65 @@ def test_the_words_say_whether_a_sentence_ended(text, language, words):
     assert judge_words(text, language) is words
 
 
-def ended(audio, speech_end: int, model, judged):
-    """(reason, ms after the end of speech, the keys asked about) of the one turn of `audio`, the words of its pause
-    judged `judged` from the tenth time they are asked for (~320 ms to transcribe them)."""
-    asked = []
+class Asking:
+    """The end-of-turn model and a judge of the words that keep the order they are asked in (`asked`: "model" or the
+    key of the words); a pause's words are judged `judged` from the tenth time they are asked for (~300 ms to
+    transcribe them), or the `judged_at`th."""
 
-    def words(key):
-        asked.append(key)
-        return None if len(asked) < 10 else judged
+    def __init__(self, model, judged, judged_at=10):
+        self.model, self.judged, self.judged_at, self.asked = model, judged, judged_at, []
 
-    endpointer = Endpointer(VadOptions(silence_ms=2000, turn_check_ms=200, sentence_ms=600), turn_model=model,
-                            words=words)
-    return (*ends(endpointer, audio, speech_end), asked)
+    def probability(self, audio_16k):
+        self.asked.append("model")
+        return self.model.probability(audio_16k)
+
+    def words(self, key):
+        self.asked.append(key)
+        return None if self.keys.count(key) < self.judged_at else self.judged
+
+    @property
+    def keys(self):
+        return [a for a in self.asked if a != "model"]
+
+
+def ended(audio, speech_end: int, asking: Asking):
+    """(reason, ms after the end of speech) of the one turn of `audio`, with the model and words of `asking`."""
+    endpointer = Endpointer(VadOptions(silence_ms=2000, turn_check_ms=200, sentence_ms=600), turn_model=asking,
+                            words=asking.words)
+    return ends(endpointer, audio, speech_end)
 
 
 @pytest.mark.parametrize("text, judged, reason, low, high", [
-    (FINISHED, Words.OPEN, "complete", 500, 900),
-    (FINISHED, Words.SENTENCE, "complete", 500, 900),
+    (FINISHED, Words.OPEN, "complete", 400, 800),
+    (FINISHED, Words.SENTENCE, "complete", 400, 800),
     (FINISHED, Words.TRAILING, "silence", 2000, 2300),
-    (THINKING, Words.SENTENCE, "complete", 900, 1300),
+    (THINKING, Words.SENTENCE, "complete", 600, 900),
     (THINKING, Words.OPEN, "silence", 2000, 2300),
     (THINKING, Words.TRAILING, "silence", 2000, 2300),
 ])
 def test_the_words_of_a_pause_have_the_last_word(model, voiced, text, judged, reason, low, high):
-    """The model calls the question finished after 200 ms, and its words are asked for then: words that do not trail
-    off end the turn when they come ("complete"), trailing ones wait for the longest pause. It hears "well, so, um"
-    going on, so its words are not asked for until sentence_ms of the pause: words that end a sentence then end the
-    turn when they come; words with no sign either way, or trailing ones, leave it to the longest pause. The key asked
-    about is the turn's own (its start and end samples), and the words are not asked for again once judged."""
+    """The model calls the question finished after 200 ms: words that do not trail off end the turn when they come
+    ("complete"), trailing ones wait for the longest pause. It hears "well, so, um" going on: words that end a
+    sentence end the turn at sentence_ms of the pause (600 ms), though they came sooner; words with no sign either
+    way, or trailing ones, leave it to the longest pause. The words are asked for at the check before the model is,
+    so whoever transcribes them has the model's time to do it; the key asked about is the pause's (the turn's start
+    sample, and where the pause would end it: "well, so, um" pauses at its commas too), and a pause's words are not
+    asked for again once judged."""
     speech = voiced(text)
     audio = np.concatenate([silence(0.5), speech, silence(3.0)])
-    got, waited_ms, asked = ended(audio, len(silence(0.5)) + len(speech), model, judged)
+    asking = Asking(model, judged)
+    got, waited_ms = ended(audio, len(silence(0.5)) + len(speech), asking)
     assert got == reason and low <= waited_ms <= high, (got, waited_ms)
-    assert len(set(asked)) == 1 and len(asked) == 10
+    assert len({start for start, _ in asking.keys}) == 1 and asking.keys.count(asking.keys[-1]) == 10
+    assert asking.asked[:3] == [asking.keys[0], "model", asking.keys[0]], asking.asked[:3]
+
+
+def test_words_made_while_the_model_ran_end_the_turn_at_the_check(model, voiced):
+    """Words transcribed while the model was asked (judged at their second ask, the one after the model's) end the
+    finished question at the check's own block: no block later."""
+    speech = voiced(FINISHED)
+    audio = np.concatenate([silence(0.5), speech, silence(3.0)])
+    at_check, _ = ended(audio, len(silence(0.5)) + len(speech), Asking(model, Words.SENTENCE, judged_at=1))
+    assert at_check == "complete"
+    later = ended(audio, len(silence(0.5)) + len(speech), Asking(model, Words.SENTENCE, judged_at=2))
+    assert later == ended(audio, len(silence(0.5)) + len(speech), Asking(model, Words.SENTENCE, judged_at=1))
