@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from engine.models import package_folder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HOW_TO_GET", "TurnModel", "Words", "judge_words", "trails_off", "turn_model_path"]
+__all__ = ["HOW_TO_GET", "TurnModel", "Words", "default_threads", "judge_words", "trails_off", "turn_model_path"]
 
 SAMPLE_RATE_HZ = 16_000
 WINDOW_S = 8  # the model's input: the last 8 s, zeros before shorter audio
@@ -50,18 +51,18 @@ class TurnModel:
 
     Args:
         path: the ONNX file; None finds it in the pipecat-ai package.
-        threads: CPU threads for one inference (one keeps it off the cores the reply needs).
+        threads: CPU threads for one inference; None: a quarter of the cores, 1 to 4 (default_threads).
     Raises:
         ModelFilesError: the file is missing, or onnxruntime cannot read it.
     """
 
-    def __init__(self, path: Path | None = None, threads: int = 1):
+    def __init__(self, path: Path | None = None, threads: int | None = None):
         import onnxruntime
         from faster_whisper.feature_extractor import FeatureExtractor
 
         self.path = Path(path) if path is not None else turn_model_path()
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
+        options.intra_op_num_threads = threads or default_threads()
         options.inter_op_num_threads = 1
         try:
             self._session = onnxruntime.InferenceSession(str(self.path), sess_options=options,
@@ -84,6 +85,14 @@ class TurnModel:
         features = self._features(audio.astype(np.float32), padding=0)[:, : self._frames]
         (logits,) = self._session.run(None, {"input_features": features[None]})
         return float(np.asarray(logits).ravel()[0])  # the model ends in a sigmoid: already a probability
+
+
+def default_threads() -> int:
+    """The turn model's CPU threads: a quarter of the cores, at least 1 and at most 4. Every pause's decision waits for
+    its answer (51 ms on one thread, 30 on two, 21 on four, 16 on eight, of 16 idle cores: bench/turn_model.py), while
+    Whisper transcribes that pause and the LLM begins its reply: the other cores are theirs. On 2 cores it runs on one,
+    beside them."""
+    return max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
 # English words a finished sentence seldom ends on: articles, prepositions, conjunctions, possessives, auxiliaries and

@@ -53,6 +53,14 @@ def test_a_missing_or_broken_model_says_how_to_get_it(tmp_path, monkeypatch):
         TurnModel()
 
 
+@pytest.mark.parametrize("cores, threads", [(None, 1), (1, 1), (2, 1), (4, 1), (8, 2), (16, 4), (128, 4)])
+def test_the_model_takes_a_quarter_of_the_cores_up_to_four(monkeypatch, cores, threads):
+    monkeypatch.setattr(turn_module.os, "cpu_count", lambda: cores)
+    assert turn_module.default_threads() == threads
+    assert TurnModel()._session.get_session_options().intra_op_num_threads == threads
+    assert TurnModel(threads=3)._session.get_session_options().intra_op_num_threads == 3
+
+
 def ends(endpointer, audio, speech_end: int):
     """(reason, ms after the end of speech) of the one turn feeding `audio` gives."""
     turns = []
