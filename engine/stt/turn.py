@@ -89,9 +89,8 @@ class TurnModel:
 
 def default_threads() -> int:
     """The turn model's CPU threads: a quarter of the cores, at least 1 and at most 4. Every pause's decision waits for
-    its answer (51 ms on one thread, 30 on two, 21 on four, 16 on eight, of 16 idle cores: bench/turn_model.py), while
-    Whisper transcribes that pause and the LLM begins its reply: the other cores are theirs. On 2 cores it runs on one,
-    beside them."""
+    its answer (on 16 idle cores 51 ms with one thread, 21 with four: docs/BENCHMARKS.md), while Whisper transcribes
+    that pause and the LLM begins its reply: the other cores are theirs. On 2 cores it runs on one, beside them."""
     return max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
