@@ -105,8 +105,6 @@ def main(argv=None) -> int:
         for n, (kind, audio) in enumerate(turns):
 
             def judge(audio, key, n=n):
-                if key[1] is None:  # the tail after the last speech is not all in: nor would its transcript be
-                    return None
                 if (n, key) not in heard:
                     heard[n, key] = transcriber.transcribe(audio[key[0] : key[1]])
                 return judge_words(heard[n, key].text, heard[n, key].language)
