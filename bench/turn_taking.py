@@ -1,6 +1,6 @@
 """Benchmark of turn-taking: how soon Parley answers once the user has finished, and how often it cuts them off in a
-pause for thought, with the fixed silence window (the baseline), end-of-turn detection, and end-of-turn detection
-with the reply begun in the pause (the default), in the same run.
+pause for thought, with the fixed silence window (the baseline), end-of-turn detection, end-of-turn detection with
+the reply begun in the pause (the default), and the same with the live transcript the app shows, in the same run.
 
 Method: bench/voice_loop.py's parts (a private PulseAudio with the 'vsink' speakers and the 'usermic' microphone,
 espeak-ng's en-us voice at 150 words a minute; or --audio virtual) drive the real loop hands-free: Silero VAD ->
@@ -41,7 +41,8 @@ from voice_loop import USER_RATE_HZ, Pulse, VirtualAudio, load_transcriber, rand
 
 from engine.stt.vad import VadOptions  # noqa: E402  (it leaves sounddevice unimported: the audio is set up first)
 
-CONFIGS = ("fixed", "detection", "early")  # the fixed window, end-of-turn detection, the same + early reply
+# the fixed window, end-of-turn detection, the same + early reply, the same + the live transcript (as the app has it)
+CONFIGS = ("fixed", "detection", "early", "live")
 
 STATEMENTS = [
     "I had a long day at work today.", "My sister is visiting next week.", "The garden needs watering.",
@@ -135,7 +136,7 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model, early_reply: bool,
+def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model, early_reply: bool, partials: bool,
                tail_ms: int) -> dict:
     from engine.events import TurnFinished
     from engine.listening import VoiceOptions
@@ -144,7 +145,7 @@ def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model,
     vad = VadOptions(silence_ms=args.longest_pause_ms if turn_model is not None else args.silence_ms, tail_ms=tail_ms)
     watch = Watch()
     latency, cut, early = [], {"paused": 0, "filler": 0}, 0
-    options = VoiceOptions(vad=vad, barge_in=False, early_reply=early_reply)
+    options = VoiceOptions(vad=vad, barge_in=False, early_reply=early_reply, partials=partials)
     with VoiceLoop(dialogue, mic, options=options, turn_model=turn_model) as loop:
         loop.subscribe(watch)
         loop.start()
@@ -232,16 +233,17 @@ def measure(args, audio, work: Path, voices: Path) -> int:
     with Player() as player, Microphone() as mic, HistoryStore(work / "history.sqlite3") as history:
         dialogue = Dialogue(chat, tts, player, history, transcriber)
         detection = f"end-of-turn detection (longest pause {args.longest_pause_ms} ms)"
-        configs = {"fixed": (f"fixed {args.silence_ms} ms window", None, False),
-                   "detection": (detection, model, False),
-                   "early": (f"{detection} + early reply", model, True)}
+        configs = {"fixed": (f"fixed {args.silence_ms} ms window", None, False, False),
+                   "detection": (detection, model, False, False),
+                   "early": (f"{detection} + early reply", model, True, False),
+                   "live": (f"{detection} + early reply + live transcript", model, True, True)}
         for key in args.configs:
             for tail_ms in args.tail_ms:
-                name, turn_model, early_reply = configs[key]
+                name, turn_model, early_reply, partials = configs[key]
                 if len(args.tail_ms) > 1 or tail_ms != VadOptions.tail_ms:
                     name += f", tail {tail_ms} ms"
                 results[name] = run_config(name, dialogue, mic, audio, turns, voices, args, turn_model, early_reply,
-                                           tail_ms)
+                                           partials, tail_ms)
 
     paused = sum(kind in ("paused", "filler") for kind, _ in turns)
     tts_path = "megakernel" if tts.model.frame_kernel is not None else "PyTorch"
