@@ -24,13 +24,10 @@
 // (attention_head), as in stack_step; earlier positions were written by earlier launches.
 //
 // The weight ring: a block's rows of A, C, D and E (a contiguous range of each stage's rows, as few or as many as
-// balance gives) form one fixed sequence of 16 KiB pages of whole rows, layer after layer. The block issues pages as
-// far ahead as the ring has room, at the start and as soon as a stage has used its pages, so before every wait:
-// weights never depend on activations, so HBM streams them while blocks wait, and a stage whose input is ready reads
-// its input vector and computes from shared memory. On sm_90 one thread issues a page as bulk copies (TMA, a row
-// each) that complete on the slot's mbarrier: every thread issuing cp.async of 16 bytes instead (sm_80) puts the
-// copies in the load pipeline ahead of the next stage's own loads of its input vector and KV cache, the critical path
-// (docs/BENCHMARKS.md: the stages' own work took 1.4-1.6 times the barrier step's).
+// balance gives) form one fixed sequence of 16 KiB pages of whole rows, layer after layer. The block issues pages by
+// cp.async as far ahead as the ring has room, at the start and as soon as a stage has used its pages, so before
+// every wait: weights never depend on activations, so HBM streams them while blocks wait, and a stage whose input is
+// ready reads its input vector and computes from shared memory.
 //
 // A wait gives up after kStallNs (2 s, where a whole step takes about a millisecond), records where in
 // DataflowParams.stalled and ends the launch; the other blocks see the flag while they poll and end too, and the host
@@ -54,50 +51,6 @@ __device__ __forceinline__ void copy16_async(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
 }
 __device__ __forceinline__ void commit_async() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-// --- bulk copies (TMA) completing on an mbarrier, sm_90 ----------------------------------------------------------------
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-constexpr bool kBulkCopies = true;
-#else
-constexpr bool kBulkCopies = false;
-#endif
-
-__device__ __forceinline__ unsigned shared_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void bar_init(uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
-#endif
-}
-
-// One thread: the barrier's next phase completes once `bytes` have landed (the copies that follow bring them).
-__device__ __forceinline__ void bar_expect(uint64_t* bar, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;\n\tmbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-               ::"r"(shared_address(bar)), "r"(bytes) : "memory");
-#endif
-}
-
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared, counted on bar.
-__device__ __forceinline__ void copy_bulk(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(shared_address(bar)) : "memory");
-#endif
-}
-
-// Until the barrier's phase of parity `parity` has completed (its copies' bytes are visible to this thread).
-__device__ __forceinline__ void bar_wait(uint64_t* bar, unsigned parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n\t.reg .pred done;\n"
-      "wait:\n\t"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
-      "@!done bra wait;\n\t}" ::"r"(shared_address(bar)), "r"(parity) : "memory");
-#endif
-}
 
 // Until at most n of this thread's groups are pending (waiting for fewer, where n >= N, is also right).
 template <int N = kMaxPages - 1>
@@ -215,43 +168,22 @@ struct WeightRing {
   __nv_bfloat16* base;  // pages * kPageElems
   int pages;
   const Slice* slices;  // kMatvecs, in shared memory
-  uint64_t* bars;       // sm_90: a slot's mbarrier, its phase completing when the slot's page has landed
   int issued = 0, used = 0;            // pages of the sequence issued, and used
   int layer = 0, stage = 0, page = 0;  // the next page to issue: its layer, stage (0..3) and page in the slice
 
-  // Before the first fill: the slots' barriers (sm_90), seen by every thread.
-  __device__ void init() {
-    if (kBulkCopies && threadIdx.x == 0) {
-      for (int i = 0; i < pages; ++i) bar_init(bars + i);
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-  }
-
-  // Issue pages until the ring is full or the sequence ends: on sm_90 thread 0 copies a page's rows in bulk, else each
-  // thread copies its share and commits one group a page.
+  // Issue pages until the ring is full or the sequence ends; each thread copies its share and commits one group a page.
   __device__ void fill(const StackParams& p) {
     while (layer < p.num_layers && issued - used < pages) {
       const Slice& s = slices[stage];
       if (page < s.pages) {
-        const int slot = issued % pages;
-        __nv_bfloat16* dst = base + slot * kPageElems;
+        __nv_bfloat16* slot = base + (issued % pages) * kPageElems;
         const int first = page * s.per_page, n = min(s.per_page, s.rows - first), per_row = s.K / kVec;
         const LayerWeights& w = p.layers[layer];
-        if constexpr (kBulkCopies) {
-          if (threadIdx.x == 0) {
-            const unsigned row_bytes = s.K * sizeof(__nv_bfloat16);
-            bar_expect(bars + slot, n * row_bytes);
-            for (int r = 0; r < n; ++r)
-              copy_bulk(dst + r * s.K, weight_row(p, w, stage, s.row0 + first + r), row_bytes, bars + slot);
-          }
-        } else {
-          for (int c = threadIdx.x; c < n * per_row; c += kThreads) {
-            const int r = c / per_row, k = (c - r * per_row) * kVec;
-            copy16_async(dst + r * s.K + k, weight_row(p, w, stage, s.row0 + first + r) + k);
-          }
-          commit_async();
+        for (int c = threadIdx.x; c < n * per_row; c += kThreads) {
+          const int r = c / per_row, k = (c - r * per_row) * kVec;
+          copy16_async(slot + r * s.K + k, weight_row(p, w, stage, s.row0 + first + r) + k);
         }
+        commit_async();
         ++issued;
         ++page;
       }
@@ -270,7 +202,8 @@ struct WeightRing {
     const Slice& s = slices[m];
     for (int j = 0; j < s.pages;) {
       const int batch = min(s.pages - j, issued - used);  // this stage's next pages are the oldest issued
-      land(used, used + batch);
+      wait_async(issued - used - batch);
+      __syncthreads();  // every thread's copies of them have landed
       const int first = j * s.per_page, rows = min((j + batch) * s.per_page, s.rows) - first;
       rows_matvec<U>(
           rows, s.K, x,
@@ -283,25 +216,15 @@ struct WeightRing {
     }
   }
 
-  // Until pages from..to of the sequence (issued) have landed, for every thread.
-  __device__ void land(int from, int to) {
-    if constexpr (kBulkCopies) {
-      for (int i = from; i < to; ++i) bar_wait(bars + i % pages, (i / pages) & 1);
-    } else {
-      wait_async(issued - to);
-      __syncthreads();  // every thread's copies of them have landed
-    }
-  }
-
   // Before the launch ends early: no copy may land after it.
-  __device__ void drain() { land(used, issued); }
+  __device__ void drain() { wait_async(0); }
 };
 
 // --- the step --------------------------------------------------------------------------------------------------------
 // ring: f.pages * kPageBytes of shared memory; work: step_shared_bytes(p, 1) (attention, or a stage's input vector);
-// slices: kMatvecs and bars: f.pages, of shared memory. Block 0 writes the final-normed state to out.
+// slices: kMatvecs of shared memory. Block 0 writes the final-normed state to out.
 __device__ void dataflow_step(const StackParams& p, const DataflowParams& f, int pos, const float* x_in, float* out,
-                              __nv_bfloat16* ring_pages, float* work, float* scratch, Slice* slices, uint64_t* bars) {
+                              __nv_bfloat16* ring_pages, float* work, float* scratch, Slice* slices) {
   const int H = p.hidden, NH = p.num_heads, I = p.intermediate, L = p.num_layers;
   const int q_rows = NH * p.head_dim, qkv_rows = q_rows + 2 * p.num_kv_heads * p.head_dim;
   if (threadIdx.x == 0) {
@@ -311,8 +234,7 @@ __device__ void dataflow_step(const StackParams& p, const DataflowParams& f, int
     slices[3] = slice_of(H, I, 1);
   }
   __syncthreads();
-  WeightRing ring{ring_pages, f.pages, slices, bars};
-  ring.init();
+  WeightRing ring{ring_pages, f.pages, slices};
   ring.fill(p);
   const unsigned every_block = f.step * gridDim.x, every_head = f.step * NH;
   for (int l = 0; l < L; ++l) {

@@ -44,7 +44,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ StackParams p;
   __shared__ LayerWeights layers[kMaxLayers];
   __shared__ Slice slices[kMatvecs];
-  __shared__ uint64_t bars[kMaxPages];
   trace_launch();
   copy_layers(layers, params.layers, params.num_layers);
   if (threadIdx.x == 0) {
@@ -53,7 +52,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   dataflow_step(p, f, pos, x_in, out, reinterpret_cast<__nv_bfloat16*>(smem), smem + f.pages * (kPageBytes / 4),
-                scratch, slices, bars);
+                scratch, slices);
 }
 
 __global__ void __launch_bounds__(kThreads, 1) frames_kernel(FrameParams params) {
