@@ -311,9 +311,9 @@ class Listener:
                     recent.append((pos - BLOCK_SAMPLES, block.pcm))
                     if self._hearing and ep.in_turn:
                         utterance.append(block.pcm)
-                        # from the first silent block on, the pause's early transcription is coming: a partial
-                        # then would only hold Whisper, and the turn's words would wait for it
-                        if len(utterance) % partial_blocks == 0 and self._ahead is not None and not ep.pausing:
+                        # in a pause the early transcription runs: a partial then would only delay the turn's
+                        paused = ep.ending_sample is not None
+                        if len(utterance) % partial_blocks == 0 and self._ahead is not None and not paused:
                             self._ahead.offer_partial(self._utterance, np.concatenate(utterance))
         except AudioDeviceError as e:  # the microphone cannot be used: typed turns still work
             self._set(mic_lost=True, hearing=False)

@@ -59,7 +59,6 @@ class TranscribingAhead:
         with self._early:  # only the newest waits: a resumed voice makes the one before it stale
             self._early_offer = ((turn.start_sample, turn.end_sample), turn.audio)
             self._early.notify_all()
-        self._take_partial()  # the pause's words supersede a partial of the speech before it
 
     def early_transcript(self, key: tuple[int, int] | None):
         """The early Transcript of the turn `key`, waited for while it is being made; None when there is none
@@ -108,14 +107,11 @@ class TranscribingAhead:
 
     def offer_partial(self, utterance: int, audio: np.ndarray) -> None:
         """The utterance so far (16 kHz), number `utterance`: only the newest offer waits for the thread."""
-        self._take_partial()
-        self._partial_audio.put_nowait((utterance, audio))
-
-    def _take_partial(self) -> None:
         try:
             self._partial_audio.get_nowait()
         except queue.Empty:
             pass
+        self._partial_audio.put_nowait((utterance, audio))
 
     def _partials(self) -> None:
         while not self._closing.is_set():
@@ -123,10 +119,8 @@ class TranscribingAhead:
                 utterance, audio = self._partial_audio.get(timeout=0.1)
             except queue.Empty:
                 continue
-            with self._early:  # a pause's words are wanted first; the lock would not go to them when freed
-                early = self._early_offer is not None or self._early_running is not None
-            if early or not self.whisper.acquire(blocking=False):
-                continue  # a turn or a pause is being transcribed: its text comes soon anyway
+            if not self.whisper.acquire(blocking=False):
+                continue  # a turn is being transcribed: its final text comes soon anyway
             try:
                 transcript = self._transcriber.transcribe(audio, quick=True)
             except Exception:

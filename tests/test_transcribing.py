@@ -3,7 +3,6 @@
 import threading
 import time
 
-from engine.stt.vad import Turn
 from engine.transcribing import TranscribingAhead
 from tests.conftest import QUESTION, QUESTION_WORD
 
@@ -46,34 +45,3 @@ def test_partials_leave_whisper_free_half_the_time_and_are_quick(transcriber, sp
     assert partials and all(QUESTION_WORD in text.lower() for _, text in partials)
     numbers = [n for n, _ in partials]
     assert numbers == sorted(numbers) and numbers[-1] - numbers[0] >= len(numbers) - 1
-
-
-def test_a_pauses_words_go_before_any_partial(transcriber, speak):
-    """A pause's early transcription wins Whisper: a partial of the speech before the pause is dropped, and none
-    starts while the pause's words wait to be made (they would wait for it); once they are made, partials go on."""
-    timed, closing, partials, early = TimedTranscriber(transcriber), threading.Event(), [], threading.Event()
-    ahead = TranscribingAhead(timed, True, closing, on_partial=lambda n, text: partials.append(n),
-                              on_early=lambda key, transcript: early.set())
-    early_thread, partials_thread = ahead.threads
-    audio = speak(QUESTION)
-    ahead.offer_partial(0, audio)  # the speech before the pause, not taken yet
-    ahead.offer_early(Turn(audio, 0, len(audio), "silence"))
-    ahead.offer_partial(1, audio)  # the voice goes on while the pause's words wait
-    partials_thread.start()
-    try:
-        time.sleep(1.0)
-        assert timed.calls == []  # Whisper was free, yet neither partial took it
-        early_thread.start()
-        assert early.wait(30)
-        time.sleep(1.0)
-        assert [quick for _, _, quick in timed.calls] == [False] and partials == []
-        ahead.offer_partial(2, audio)
-        deadline = time.monotonic() + 30
-        while not partials and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert partials == [2]
-    finally:
-        closing.set()
-        for thread in ahead.threads:
-            if thread.is_alive():
-                thread.join()

@@ -253,15 +253,10 @@ class Endpointer:
         return self._collecting
 
     @property
-    def pausing(self) -> bool:
-        """Hands-free: silence has begun in the turn being collected (its tail may still be coming in)."""
-        return self.mode is Mode.HANDS_FREE and self._collecting and self._silence_start is not None
-
-    @property
     def ending_sample(self) -> int | None:
         """Hands-free: where the turn being collected ends if no more speech comes, once its audio is all in
         (silence has begun and the tail after the last speech has been heard); else None."""
-        if not self.pausing:
+        if self.mode is not Mode.HANDS_FREE or not self._collecting or self._silence_start is None:
             return None
         end = self._last_speech_end + self._tail
         return end if self._pos >= end else None

@@ -105,27 +105,6 @@ def test_the_ending_turn_is_known_before_the_silence_runs_out_and_is_the_turn_th
     assert (at - last_at) * BLOCK_SAMPLES >= (700 - VadOptions().tail_ms - 100) * SAMPLE_RATE_HZ // 1000
 
 
-def test_a_pause_is_known_from_its_first_silent_block_before_its_turn_can_end(voiced, vad):
-    """pausing: from the first silent block of a pause (the live transcript stops there) until the voice resumes,
-    before ending_sample, which waits for the tail; never between turns."""
-    speech = voiced(SENTENCE)
-    audio = np.concatenate([silence(0.5), speech, silence(0.6), speech, silence(1.0)])
-    endpointer = Endpointer(VadOptions(silence_ms=800), vad=vad)
-    states = []
-    for block in split_blocks(audio):
-        ended = any(isinstance(e, Turn) for e in endpointer.feed(block))
-        states.append((endpointer.pausing, endpointer.ending_sample is not None, ended))
-    pausing = [p for p, _, _ in states]
-    starts = [i for i in range(1, len(pausing)) if pausing[i] and not pausing[i - 1]]
-    assert len(starts) >= 2  # the pause inside (and any gap between words), then the silence after
-    assert all(p for p, ending, _ in states if ending)
-    tail_blocks = VadOptions().tail_ms * SAMPLE_RATE_HZ // 1000 // BLOCK_SAMPLES
-    last_end = next(i for i in range(starts[-1], len(states)) if states[i][1])
-    assert last_end - starts[-1] >= tail_blocks - 1  # ending_sample comes a tail later
-    assert not any(pausing[: len(silence(0.5)) // BLOCK_SAMPLES]) and states[-1] == (False, False, False)
-    assert any(ended for _, _, ended in states)
-
-
 def test_two_utterances_separated_by_a_long_pause_give_two_turns(voiced, vad):
     """Two sentences 1.5 s apart are two turns; espeak's short pause between sentences splits nothing."""
     first = voiced(f"{SENTENCE} Thank you.")  # two sentences, one short pause inside
