@@ -300,9 +300,9 @@ class Dialogue:
         Args:
             audio_16k: (n,) float32 mono at 16 kHz, e.g. an Endpointer Turn's audio.
             speech_end: time.perf_counter() when the user stopped speaking (the origin of
-                voice_to_voice_ms); None is now, i.e. the speech ended as it was handed over.
+                voice_to_voice_ms and end_of_turn_ms); None is now, i.e. the speech ended as it was handed over.
             turn_end: time.perf_counter() when the end of the turn was decided (the silence window ran
-                out, the key was released): the origin of stt_ms; None is speech_end.
+                out, the key was released): the end of end_of_turn_ms, the origin of stt_ms; None is speech_end.
             transcript: audio_16k's transcript when it was made already (the voice loop transcribes a turn
                 while its silence runs out); stt_ms is then the time from turn_end to now.
             reply: an early_reply() to that transcript's text, generated ahead while the silence ran out; the turn
@@ -319,6 +319,7 @@ class Dialogue:
                 raise ValueError("an early reply needs the transcript it answers")
             speech_end = time.perf_counter() if speech_end is None else speech_end
             turn_end = speech_end if turn_end is None else turn_end
+            end_of_turn_ms = (turn_end - speech_end) * 1000.0
             with self._turn_state() as state:
                 transcript = transcript or self.transcriber.transcribe(audio_16k)
                 stt_ms = (time.perf_counter() - turn_end) * 1000.0
@@ -326,9 +327,11 @@ class Dialogue:
                     raise InputTextError(f"heard no words in {transcript.audio_s:.1f} s of audio; please speak again")
                 if emit is not None:
                     emit(Heard(transcript.text))
+                    emit(Measured(self._turns, "end_of_turn_ms", end_of_turn_ms))
                     emit(Measured(self._turns, "stt_ms", stt_ms))
                 early, reply = reply, None  # the turn ends it from here
-                return self._turn(state, transcript.text, emit, speech_end=speech_end, stt_ms=stt_ms, reply=early)
+                return self._turn(state, transcript.text, emit, speech_end=speech_end, end_of_turn_ms=end_of_turn_ms,
+                                  stt_ms=stt_ms, reply=early)
         finally:
             if reply is not None:  # the turn did not begin: nothing of the reply is kept
                 reply.discard()
@@ -399,7 +402,8 @@ class Dialogue:
                 self._current = None
 
     def _turn(self, state: _TurnState, user_text: str, emit: Emit | None, speech_end: float | None = None,
-              stt_ms: float | None = None, llm: bool = True, reply: Reply | None = None) -> TurnResult:
+              end_of_turn_ms: float | None = None, stt_ms: float | None = None, llm: bool = True,
+              reply: Reply | None = None) -> TurnResult:
         """Speaks the LLM's reply to user_text (llm=False: user_text itself; `reply`: begun early), then saves and
         measures it."""
         early = reply is not None
@@ -484,6 +488,7 @@ class Dialogue:
         after = self.player.stats()
         metrics = TurnMetrics(
             turn=self._turns,
+            end_of_turn_ms=end_of_turn_ms,
             stt_ms=stt_ms,
             llm_ttft_ms=reply.ttft_ms if llm else None,
             llm_first_clause_ms=first_clause_ms,

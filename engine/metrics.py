@@ -28,6 +28,9 @@ class TurnMetrics:
 
     turn: int = 0
     """0, 1, 2, ... in the order the pipeline ran the turns."""
+    end_of_turn_ms: float | None = None
+    """End of turn: end of the user's speech -> the end of their turn decided (the end-of-turn model and the pause's
+    words agreed, the longest pause ran out, or the push-to-talk key went up). Voice turns only."""
     stt_ms: float | None = None
     """STT: end of the user's turn (the endpointer's silence window ran out, or the push-to-talk key
     went up) -> final transcript. Voice turns only."""
@@ -62,8 +65,9 @@ FIGURES: tuple[str, ...] = tuple(f.name for f in fields(TurnMetrics)
                                  if f.name not in ("turn", "interrupted", "early_reply"))
 """The names of the figures that have percentiles, in display order."""
 
-LABELS = {"stt_ms": "STT", "llm_ttft_ms": "LLM first token", "llm_first_clause_ms": "LLM first clause",
-          "tts_ttfc_ms": "TTFC", "tts_rtf": "RTF", "voice_to_voice_ms": "Voice to voice", "underruns": "Underruns"}
+LABELS = {"end_of_turn_ms": "End of turn", "stt_ms": "STT", "llm_ttft_ms": "LLM first token",
+          "llm_first_clause_ms": "LLM first clause", "tts_ttfc_ms": "TTFC", "tts_rtf": "RTF",
+          "voice_to_voice_ms": "Voice to voice", "underruns": "Underruns"}
 """What the user reads for each figure (the app's meter, `parley chat`)."""
 
 

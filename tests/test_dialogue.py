@@ -79,7 +79,7 @@ def test_a_voice_turn_is_transcribed_answered_and_measured_from_the_end_of_speec
     # espeak's "colors" comes out as "cutlers" here; "weather" survives whole
     audio = speak("Tell me about the weather today.")
     speech_end = time.perf_counter()
-    result = dialogue.voice_turn(audio, speech_end=speech_end)
+    result = dialogue.voice_turn(audio, speech_end=speech_end, turn_end=speech_end + 0.25)
 
     assert "weather" in result.user_text.lower()
     assert result.reply_text.strip() and not result.interrupted
@@ -90,6 +90,7 @@ def test_a_voice_turn_is_transcribed_answered_and_measured_from_the_end_of_speec
         value = getattr(m, name)
         assert value is not None and math.isfinite(value), name
     assert 0 < m.stt_ms < m.voice_to_voice_ms  # the first sample comes after the transcript
+    assert m.end_of_turn_ms == pytest.approx(250.0) and m.end_of_turn_ms + m.stt_ms < m.voice_to_voice_ms
     assert dialogue.metrics.summary()["voice_to_voice_ms"].p50 == m.voice_to_voice_ms
 
 

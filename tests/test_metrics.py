@@ -92,7 +92,7 @@ def test_as_dict_holds_the_measured_figures_by_name():
     """as_dict() names only measured figures, as floats, for the history's metrics column."""
     metrics = TurnMetrics(turn=3, llm_ttft_ms=12.5, underruns=2, interrupted=True)
     assert metrics.as_dict() == {"llm_ttft_ms": 12.5, "underruns": 2.0}
-    assert set(FIGURES) == {"stt_ms", "llm_ttft_ms", "llm_first_clause_ms", "tts_ttfc_ms", "tts_rtf",
+    assert set(FIGURES) == {"end_of_turn_ms", "stt_ms", "llm_ttft_ms", "llm_first_clause_ms", "tts_ttfc_ms", "tts_rtf",
                             "voice_to_voice_ms", "underruns"}
 
 

@@ -96,13 +96,16 @@ def test_speech_into_the_microphone_becomes_a_spoken_measured_saved_turn(parts, 
         value = getattr(m, name)
         assert value is not None and math.isfinite(value), name
     assert 0 < m.stt_ms and m.voice_to_voice_ms > VAD.silence_ms  # measured from the end of the speech
+    # the fixed window decided it: its silence, from the end of the block holding the last speech, less that block
+    assert VAD.silence_ms - 100 < m.end_of_turn_ms < m.voice_to_voice_ms - m.stt_ms
     # each figure was told as soon as it was known, while the turn ran, with the value the turn ends with
     measured = events.of(Measured)
     assert {e.name: e.value for e in measured} == {name: getattr(m, name) for name in FIGURES
                                                    if name not in ("tts_rtf", "underruns")}
-    assert len(measured) == 5 and {e.turn for e in measured} == {m.turn}
+    assert len(measured) == 6 and {e.turn for e in measured} == {m.turn}
     order = [type(e).__name__ if not isinstance(e, Measured) else e.name for e in events.seen]
-    assert order.index("stt_ms") < order.index("ReplyText") < order.index("llm_first_clause_ms")
+    assert order.index("Heard") < order.index("end_of_turn_ms") < order.index("stt_ms") < order.index("ReplyText")
+    assert order.index("ReplyText") < order.index("llm_first_clause_ms")
     assert order.index("SpeakingClause") < order.index("voice_to_voice_ms") < order.index("TurnFinished")
     user, assistant = saved_turns(dialogue)
     assert (user.text, assistant.text) == (finished.result.user_text, finished.result.reply_text)
