@@ -9,11 +9,13 @@ KV cache of --prefix positions, taking turns step by step, each growing its own 
 timed alone with CUDA events (KernelStep.launch: no host synchronization inside them; the dataflow step's stall
 check follows the end event); --warmup steps first, then p50 / p95 over --steps. The floor is the stack's layer
 weight bytes over the device-to-device copy bandwidth measured in the same run. The last column is the lowest
-cosine between the two designs' outputs over the timed steps (1 = equal). With --trace N, N more steps of each
-design run with the kernel's trace on (csrc/megakernel/common.cuh), and a second table splits a step's time by stage
-into block 0's own share of the stage and its wait for the rest of the grid (the barrier, or the counter).
+cosine between a design's outputs and the barrier step's over the timed steps (1 = equal). With --trace N, N more
+steps of each design run with the kernel's trace on (csrc/megakernel/common.cuh), and a second table splits a step's
+time by stage into block 0's own share of the stage and its wait for the rest of the grid (the barrier, or the
+counter). --ring-pages adds the dataflow step with its weight ring capped at that many pages in flight a block, as
+designs of their own in the same run: how much of each stage's time the weights streamed ahead cost.
 
-    python bench/dataflow_step.py --size 0.6b [--trace 50]
+    python bench/dataflow_step.py --size 0.6b [--trace 50] [--ring-pages 2,4]
 """
 
 from __future__ import annotations
@@ -46,14 +48,14 @@ def random_caches(cfg, designs, prefix: int, capacity: int, generator) -> dict[s
     return caches
 
 
-def time_designs(steps: dict[str, KernelStep], args) -> tuple[dict[str, list[float]], float]:
-    """Per design, the timed steps' milliseconds; and the lowest cosine between the designs' outputs."""
+def time_designs(steps: dict[str, KernelStep], args) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Per design, the timed steps' milliseconds and the lowest cosine between its outputs and the barrier step's."""
     cfg = next(iter(steps.values())).cfg
     generator = torch.Generator(device="cuda").manual_seed(0)
     caches = random_caches(cfg, steps, args.prefix, args.prefix + args.warmup + args.steps, generator)
     outs = {design: torch.empty(cfg.hidden_size, dtype=torch.float32, device="cuda") for design in steps}
     times = {design: [] for design in steps}
-    lowest = 1.0
+    lowest = dict.fromkeys(steps, 1.0)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     with torch.inference_mode():
         for i in range(args.warmup + args.steps):
@@ -69,8 +71,9 @@ def time_designs(steps: dict[str, KernelStep], args) -> tuple[dict[str, list[flo
                 if i >= args.warmup:
                     times[design].append(start.elapsed_time(end))
             if i >= args.warmup:
-                a, b = outs.values()
-                lowest = min(lowest, torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=0).item())
+                for design, out in outs.items():
+                    cosine = torch.nn.functional.cosine_similarity(out.double(), outs["barrier"].double(), dim=0)
+                    lowest[design] = min(lowest[design], cosine.item())
     return times, lowest
 
 
@@ -114,25 +117,29 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--trace", type=int, default=0, help="also trace this many steps of each design: where the "
                         "time goes, stage by stage")
+    parser.add_argument("--ring-pages", default="", help="comma-separated caps on the dataflow step's weight pages in "
+                        "flight a block, each also timed (and traced) as a design of its own")
     args = parser.parse_args()
+    rings = [int(n) for n in args.ring_pages.split(",") if n]
     folder = checkpoint(args)
     bandwidth = copy_bandwidth_gbs()
     tts = load_tts(folder, device="cuda", megakernel=True)
     stacks = {"talker": tts.model.talker.model, "code predictor": tts.model.talker.code_predictor.model}
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.size} bf16; copy bandwidth "
           f"{bandwidth:.0f} GB/s (same run); {args.steps} steps from {args.prefix} cached positions\n")
-    print("| stack step (ms) | barrier p50 / p95 | dataflow p50 / p95 | barrier / dataflow | floor "
-          "| dataflow / floor | lowest cosine |")
+    print("| stack | design | step p50 / p95 ms | barrier / design | floor ms | design / floor | lowest cosine |")
     print("|---|---|---|---|---|---|---|")
     traced = {}
     for name, stack in stacks.items():
         steps = {"barrier": stack.kernel_step, "dataflow": KernelStep(stack, design="dataflow")}
+        steps |= {f"dataflow, ring {n}": KernelStep(stack, design="dataflow", ring_pages=n) for n in rings}
         times, lowest = time_designs(steps, args)
         floor = sum(p.numel() * p.element_size() for p in stack.layers.parameters()) / bandwidth / 1e6
         p50 = {design: np.percentile(t, 50) for design, t in times.items()}
-        cells = " | ".join(f"{p50[d]:.3f} / {np.percentile(times[d], 95):.3f}" for d in steps)
-        print(f"| {name} | {cells} | {p50['barrier'] / p50['dataflow']:.2f}x | {floor:.3f} "
-              f"| {p50['dataflow'] / floor:.1f}x | {lowest:.7f} |")
+        for design in steps:
+            print(f"| {name} | {design} | {p50[design]:.3f} / {np.percentile(times[design], 95):.3f} "
+                  f"| {p50['barrier'] / p50[design]:.2f}x | {floor:.3f} | {p50[design] / floor:.1f}x "
+                  f"| {lowest[design]:.7f} |")
         if args.trace:
             traced[name] = trace_designs(steps, args)
     if traced:

@@ -119,7 +119,7 @@ void decoder_step(const mk::StackParams& stack, torch::Tensor cache_k, torch::Te
 // timed out (1 + 8 * layer + stage: 0..4 the stages A..E, 5 the final norm). blocks and smem from plan_dataflow.
 void dataflow_step(const mk::StackParams& stack, torch::Tensor cache_k, torch::Tensor cache_v, int64_t pos,
                    torch::Tensor x_in, torch::Tensor out, torch::Tensor counters, torch::Tensor stalled, int64_t step,
-                   int64_t blocks, int64_t smem) {
+                   int64_t blocks, int64_t smem, int64_t ring_pages) {
   MK_CHECK(pos >= 0, "pos must be >= 0");
   MK_CHECK(step >= 1, "step must be >= 1 (the launch's number on these counters), got ", step);
   const mk::StackParams p = with_cache(stack, cache_k, cache_v, pos, "cache");
@@ -134,6 +134,9 @@ void dataflow_step(const mk::StackParams& stack, torch::Tensor cache_k, torch::T
   f.pages = mk::dataflow_ring_pages(p, static_cast<size_t>(smem));
   MK_CHECK(f.pages >= 2, "a KV cache of ", p.capacity, " positions leaves the dataflow step's weight ring ", f.pages,
            " pages of shared memory; it needs 2");
+  // ring_pages (0: all that fit) caps the pages a block keeps in flight: bench/dataflow_step.py --ring-pages
+  MK_CHECK(ring_pages == 0 || ring_pages >= 2, "ring_pages must be 0 (all that fit) or >= 2, got ", ring_pages);
+  if (ring_pages > 0) f.pages = std::min(f.pages, static_cast<int>(ring_pages));
   const c10::cuda::CUDAGuard guard(x_in.device());
   MK_CHECK_CUDA(mk::launch_dataflow_step(p, f, static_cast<int>(pos), ptr<const float>(x_in), ptr<float>(out),
                                          static_cast<int>(blocks), static_cast<size_t>(smem),

@@ -116,6 +116,28 @@ def test_dataflow_step_equals_the_barrier_step_over_300_steps(full_checkpoint):
     assert (counts == torch.tensor([blocks, heads, blocks, blocks, blocks], dtype=torch.int32)).all(), counts
 
 
+def test_a_dataflow_ring_of_two_pages_steps_as_the_barrier_step_does(full_checkpoint):
+    """With its weight ring capped at 2 pages (bench/dataflow_step.py --ring-pages), fewer than a block's share of
+    most of the 0.6B talker's stages, the dataflow step uses each stage's pages two at a time and still steps as the
+    barrier step does; a cap below 2, or on the barrier step, is refused."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    tts = load_tts(full_checkpoint, device="cuda", megakernel=True)
+    stack = tts.model.talker.model
+    barrier, ring = stack.kernel_step, KernelStep(stack, design="dataflow", ring_pages=2)
+    cfg, steps, prefix = stack.cfg, 40, 17
+    generator = torch.Generator(device="cuda").manual_seed(3)
+    caches = [KVCache(cfg, prefix + steps, "cuda", torch.bfloat16) for _ in range(2)]
+    _random_prefix(caches[0], generator, prefix, caches[1])
+    with torch.inference_mode():
+        for step in range(steps):
+            x = torch.randn(1, cfg.hidden_size, device="cuda", generator=generator)
+            cos = _cosine(ring(x, caches[1]).float(), barrier(x, caches[0]).float())
+            assert cos >= 0.99999, f"step {step}: cosine {cos:.7f}"
+    for bad in ({"design": "dataflow", "ring_pages": 1}, {"design": "barrier", "ring_pages": 4}):
+        with pytest.raises(ValueError, match="ring_pages is the dataflow step's, at least 2"):
+            KernelStep(stack, **bad)
+
+
 def test_a_stalled_dataflow_step_raises_and_the_next_one_runs(tiny_checkpoint):
     """A launch whose counters can never reach their targets (told it is the 4th launch on fresh counters) ends with
     a RuntimeError naming layer and stage within seconds, instead of hanging the GPU, and leaves the cache's length;

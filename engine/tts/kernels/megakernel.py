@@ -42,11 +42,15 @@ class KernelStep:
     # where a dataflow launch stalled: DataflowParams.stalled's stage (csrc/megakernel/params.h)
     STAGES = ("A (q/k/v)", "B (attention)", "C (o_proj)", "D (gate/up)", "E (down)", "F (final norm)")
 
-    def __init__(self, stack: DecoderStack, tokens: int = 1, design: str = "barrier"):
+    def __init__(self, stack: DecoderStack, tokens: int = 1, design: str = "barrier", ring_pages: int | None = None):
         """tokens: how many tokens the stack's scratch holds (2 for the code predictor, whose frame-kernel pass
-        takes both prefill tokens at once). design: one of DESIGNS."""
+        takes both prefill tokens at once). design: one of DESIGNS. ring_pages: the dataflow step's weight pages a
+        block keeps in flight, at least 2 (None: as many as its shared memory holds)."""
         if design not in self.DESIGNS:
             raise ValueError(f"unknown kernel step design {design!r}; one of: {', '.join(self.DESIGNS)}")
+        if ring_pages is not None and (design != "dataflow" or ring_pages < 2):
+            raise ValueError(f"ring_pages is the dataflow step's, at least 2; got {ring_pages} for {design!r}")
+        self.ring_pages = ring_pages
         cfg = stack.cfg
         first = next(stack.parameters())
         require_bf16_cuda(first)
@@ -94,7 +98,7 @@ class KernelStep:
             return
         step = self.launches + 1  # counted only once launched: the counters wait for this many launches' work
         self.module.dataflow_step(self.stack, cache.k, cache.v, cache.length, x, out, self.counters, self.stalled,
-                                  step, self.blocks, self.shared_bytes)
+                                  step, self.blocks, self.shared_bytes, self.ring_pages or 0)
         self.launches = step
 
     def check(self) -> None:
