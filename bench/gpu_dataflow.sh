@@ -49,4 +49,4 @@ step() {
 
 step build 200 python3 -c 'from engine.tts.kernels.build import build; build(); print("extension built")'
 step tests 270 python3 -m pytest -x -q -p no:cacheprovider tests/tts/test_megakernel.py -k dataflow
-step bench 100 python3 bench/dataflow_step.py --size 0.6b --cache /tmp/parley-bench --trace 50
+step bench 100 python3 bench/dataflow_step.py --size 0.6b --cache /tmp/parley-bench --trace 50 --ring-pages 2,4
