@@ -19,7 +19,8 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWi
 
 from engine.metrics import LABELS, format_figure
 
-SHOWN = ("tts_ttfc_ms", "tts_rtf", "end_of_turn_ms", "stt_ms", "llm_ttft_ms", "voice_to_voice_ms")  # engine/metrics.py's, in order
+# engine/metrics.py's, in order
+SHOWN = ("tts_ttfc_ms", "tts_rtf", "end_of_turn_ms", "stt_ms", "llm_ttft_ms", "voice_to_voice_ms")
 CHARTED = ("voice_to_voice_ms", "tts_ttfc_ms")  # the chart's lines, in this order
 CHART_TURNS = 30
 LEVEL_FLOOR_DBFS = -60.0  # the level bar's empty end; speech sits around -30..-10 dBFS

@@ -13,10 +13,11 @@ def test_the_meter_updates_from_metric_events_with_the_recorders_percentiles(qtb
     recorder = MetricsRecorder()
     recorder.subscribe(lambda m: meter.show_turn(m, recorder.summary()))
     turns = [
-        TurnMetrics(turn=0, end_of_turn_ms=320.0, stt_ms=210.0, llm_ttft_ms=95.0, tts_ttfc_ms=120.0, tts_rtf=0.41, voice_to_voice_ms=640.0),
+        TurnMetrics(turn=0, end_of_turn_ms=320.0, stt_ms=210.0, llm_ttft_ms=95.0, tts_ttfc_ms=120.0, tts_rtf=0.41,
+                    voice_to_voice_ms=640.0),
         TurnMetrics(turn=1, llm_ttft_ms=80.0, tts_ttfc_ms=150.0, tts_rtf=0.52),  # typed: no STT, no voice-to-voice
-        TurnMetrics(turn=2, end_of_turn_ms=610.0, stt_ms=190.0, llm_ttft_ms=101.0, tts_ttfc_ms=133.0, tts_rtf=0.47, voice_to_voice_ms=580.0,
-                    interrupted=True),
+        TurnMetrics(turn=2, end_of_turn_ms=610.0, stt_ms=190.0, llm_ttft_ms=101.0, tts_ttfc_ms=133.0, tts_rtf=0.47,
+                    voice_to_voice_ms=580.0, interrupted=True),
     ]
     for m in turns:
         recorder.record(m)
