@@ -164,7 +164,7 @@ def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model,
                 latency.append(m.voice_to_voice_ms)
                 early += m.early_reply
                 measured = (f", {m.voice_to_voice_ms:.0f} ms (end of turn {m.end_of_turn_ms or 0:.0f}, "
-                            f"STT {m.stt_ms or 0:.0f}, LLM first clause "
+                            f"STT {m.stt_ms or 0:.0f}, LLM first token {m.llm_ttft_ms or 0:.0f}, first clause "
                             f"{m.llm_first_clause_ms or 0:.0f}, TTFC {m.tts_ttfc_ms or 0:.0f}"
                             f"{', begun early' if m.early_reply else ''})")
             # each turn's figure as it comes: a run cut off by its time limit still tells what it measured
