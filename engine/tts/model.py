@@ -1,10 +1,14 @@
-"""Qwen3-TTS talker and code predictor in plain PyTorch, batch 1; equals qwen_tts on the same weights.
+"""Qwen3-TTS talker and code predictor in plain PyTorch; equals qwen_tts on the same weights.
 
 Module attribute names equal the official state-dict keys (talker.model.layers.3.self_attn.q_proj, ...),
 so loading with strict=True is the check. A decode frame is: sample codebook 0 from the talker's
 logits, run the code predictor for codebooks 1..15, then feed the sum of the 16 codebook embeddings
 plus the text-track embedding back into the talker. This file is the reference the CUDA megakernel is
 checked against, so each step is written out plainly.
+
+Several utterances decode together as a batch of sequences, each with its own cache at its own position
+(Qwen3TTS.sample_frames and advance_frames): the linear layers, which read every weight, take all of them in one
+product, and attention runs per sequence over its own cache. An utterance alone is a batch of one.
 """
 
 from __future__ import annotations
@@ -78,31 +82,50 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(D, cfg.rms_norm_eps)  # per head, before RoPE
         self.k_norm = RMSNorm(D, cfg.rms_norm_eps)
         self.head_dim = D
-        # set by engine.tts.kernels.fused.attach: the projections, norms, RoPE and cache writes below in two CUDA
-        # launches; by engine.tts.cpu.quantize: the same in fewer CPU ops (QKVPrologue)
+        # set by engine.tts.kernels.fused.attach: the projections, norms, RoPE and cache writes of forward in two
+        # CUDA launches, one sequence a call; by engine.tts.cpu.quantize: project in fewer CPU ops (QKVPrologue)
         self.prologue = None
 
-    def forward(self, x, cos, sin, cache: KVCache, layer: int) -> torch.Tensor:
-        """x (T, H) at cache positions [cache.length, cache.length + T); writes K/V there; returns (T, H)."""
-        T, D = x.shape[0], self.head_dim
-        start, end = cache.length, cache.length + T
+    @property
+    def batches(self) -> bool:
+        """Whether several sequences can share a call: a prologue that writes the cache itself (the CUDA kernels')
+        serves one sequence a call."""
+        return self.prologue is None or hasattr(self.prologue, "project")
+
+    def project(self, x, cos, sin):
+        """x (T, H) -> q (heads, T, D), k and v (kv_heads, T, D): normed and rotated, as the cache keeps them."""
         if self.prologue is not None:
-            q = self.prologue(x, cos, sin, cache, layer)
+            return self.prologue.project(x, cos, sin)
+        T, D = x.shape[0], self.head_dim
+        q = self.q_norm(self.q_proj(x).view(T, -1, D)).transpose(0, 1)
+        k = self.k_norm(self.k_proj(x).view(T, -1, D)).transpose(0, 1)
+        v = self.v_proj(x).view(T, -1, D).transpose(0, 1)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
+
+    def forward(self, x, cos, sin, caches: list[KVCache], layer: int) -> torch.Tensor:
+        """x (B * T, H): T tokens of each of B sequences, sequence b's rows at caches[b]'s positions
+        [length, length + T); writes K/V there; returns (B * T, H). One sequence where `batches` is False."""
+        B = len(caches)
+        T = x.shape[0] // B
+        if not self.batches:
+            (cache,) = caches
+            q, k, v = self.prologue(x, cos, sin, cache, layer), None, None
         else:
-            q = self.q_norm(self.q_proj(x).view(T, -1, D)).transpose(0, 1)  # (heads, T, D)
-            k = self.k_norm(self.k_proj(x).view(T, -1, D)).transpose(0, 1)  # (kv_heads, T, D)
-            v = self.v_proj(x).view(T, -1, D).transpose(0, 1)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
-            cache.k[layer, :, start:end] = k
-            cache.v[layer, :, start:end] = v
-        # a multi-token call only ever starts an empty cache (prefill), so "causal" needs no offset
-        assert T == 1 or start == 0, "multi-token forward must start from an empty cache"
-        out = F.scaled_dot_product_attention(  # .to: the cache may store a narrower dtype (kv_dtype)
-            q[None], cache.k[None, layer, :, :end].to(q.dtype), cache.v[None, layer, :, :end].to(q.dtype),
-            is_causal=T > 1, enable_gqa=True,
-        )[0]
-        return self.o_proj(out.transpose(0, 1).reshape(T, -1))
+            q, k, v = self.project(x, cos, sin)
+        outs = []
+        for b, cache in enumerate(caches):
+            start, end, rows = cache.length, cache.length + T, slice(b * T, (b + 1) * T)
+            if k is not None:
+                cache.k[layer, :, start:end] = k[:, rows]
+                cache.v[layer, :, start:end] = v[:, rows]
+            # a multi-token call only ever starts an empty cache (prefill), so "causal" needs no offset
+            assert T == 1 or start == 0, "multi-token forward must start from an empty cache"
+            outs.append(F.scaled_dot_product_attention(  # .to: the cache may store a narrower dtype (kv_dtype)
+                q[None, :, rows], cache.k[None, layer, :, :end].to(q.dtype), cache.v[None, layer, :, :end].to(q.dtype),
+                is_causal=T > 1, enable_gqa=True,
+            )[0])
+        out = outs[0] if B == 1 else torch.cat(outs, dim=1)  # (heads, B * T, D)
+        return self.o_proj(out.transpose(0, 1).reshape(B * T, -1))
 
 
 class MLP(nn.Module):
@@ -132,13 +155,13 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, delta, cos, sin, cache, layer):
-        """The residual stream x plus the previous layer's MLP output delta (None in the first layer) -> (the stream
-        after this layer's attention, this layer's MLP output). The sums are x + attention(norm(x)), then
-        + mlp(norm(x)), each add left to the norm that reads its sum (RMSNorm.add: one launch for both in the
-        kernel)."""
+    def forward(self, x, delta, cos, sin, caches, layer):
+        """The residual stream x (the rows of the sequences whose caches are `caches`) plus the previous layer's MLP
+        output delta (None in the first layer) -> (the stream after this layer's attention, this layer's MLP output).
+        The sums are x + attention(norm(x)), then + mlp(norm(x)), each add left to the norm that reads its sum
+        (RMSNorm.add: one launch for both in the kernel)."""
         x, h = self.input_layernorm.add(x, delta)
-        x, h = self.post_attention_layernorm.add(x, self.self_attn(h, cos, sin, cache, layer))
+        x, h = self.post_attention_layernorm.add(x, self.self_attn(h, cos, sin, caches, layer))
         return x, self.mlp(h)
 
 
@@ -177,16 +200,28 @@ class DecoderStack(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """x (T, hidden) -> final-normed hidden states (T, hidden); advances the cache by T."""
-        if cache.length + x.shape[0] > cache.capacity:
-            raise RuntimeError(f"KV cache full: {cache.length} + {x.shape[0]} > {cache.capacity}")
-        if self.kernel_step is not None and x.shape[0] == 1:
-            return self.kernel_step(x, cache)
-        cos, sin = self.rotary(cache.length, x.shape[0], x)
-        delta = None
+        return self.forward_batch(x[None], [cache])[0]
+
+    def forward_batch(self, x: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
+        """x (B, T, hidden): T tokens of each of B sequences, sequence b's after what caches[b] holds -> final-normed
+        hidden states (B, T, hidden); advances each cache by T. Every weight is read once for all of them, unless a
+        kernel serves one sequence a call (the megakernel's step, the CUDA prologue): then one after the other."""
+        B, T, _ = x.shape
+        for cache in caches:
+            if cache.length + T > cache.capacity:
+                raise RuntimeError(f"KV cache full: {cache.length} + {T} > {cache.capacity}")
+        if B > 1 and not all(layer.self_attn.batches for layer in self.layers):
+            return torch.stack([self.forward_batch(x[b : b + 1], [cache])[0] for b, cache in enumerate(caches)])
+        if self.kernel_step is not None and T == 1:
+            return torch.stack([self.kernel_step(x[b], cache) for b, cache in enumerate(caches)])
+        rotations = [self.rotary(cache.length, T, x) for cache in caches]
+        cos, sin = rotations[0] if B == 1 else (torch.cat(parts) for parts in zip(*rotations))
+        x, delta = x.reshape(B * T, -1), None
         for i, layer in enumerate(self.layers):
-            x, delta = layer(x, delta, cos, sin, cache, i)
-        cache.length += x.shape[0]
-        return self.norm.add(x, delta)[1]
+            x, delta = layer(x, delta, cos, sin, caches, i)
+        for cache in caches:
+            cache.length += T
+        return self.norm.add(x, delta)[1].view(B, T, -1)
 
 
 class TalkerModel(DecoderStack):
@@ -234,23 +269,30 @@ class CodePredictor(nn.Module):
             self.small_to_mtp_projection = nn.Identity()
 
     def predict(self, hidden: torch.Tensor, code0_embedding: torch.Tensor, sampler: Sampler, frame: int):
-        """hidden: talker's final-normed state (H,); returns codes 1..15 as a list of 0-d tensors.
+        """hidden: talker's final-normed state (H,); returns codes 1..15 (15,)."""
+        return self.predict_batch(hidden[None], code0_embedding[None], [sampler], [frame])[0]
+
+    def predict_batch(self, hidden: torch.Tensor, code0_embedding: torch.Tensor, samplers: list[Sampler],
+                      frames: list[int]) -> torch.Tensor:
+        """Codes 1..15 (B, 15) of B utterances' frames: hidden (B, H) their talker states, code0_embedding (B, H),
+        utterance b picking with samplers[b] for its frame frames[b].
 
         Prefill [hidden, embedding of code 0] -> code 1, then one step per code -> codes 2..15; the KV
-        cache lives for this frame only.
+        caches live for this frame only.
         """
         groups = len(self.lm_head)
-        cache = self.model.new_cache(groups + 1, hidden)
-        x = self.small_to_mtp_projection(torch.stack((hidden, code0_embedding)))
-        h = self.model(x, cache)[-1]
+        caches = [self.model.new_cache(groups + 1, hidden) for _ in samplers]
+        x = self.small_to_mtp_projection(torch.stack((hidden, code0_embedding), dim=1))
+        h = self.model.forward_batch(x, caches)[:, -1]
         codes = []
         for g in range(groups):
-            code = sampler.predictor(self.lm_head[g](h), frame, g + 1)
+            logits = self.lm_head[g](h)
+            code = torch.stack([s.predictor(logits[b], frames[b], g + 1) for b, s in enumerate(samplers)])
             codes.append(code)
             if g + 1 < groups:
-                x = self.small_to_mtp_projection(self.model.codec_embedding[g](code)[None])
-                h = self.model(x, cache)[0]
-        return codes
+                x = self.small_to_mtp_projection(self.model.codec_embedding[g](code))
+                h = self.model.forward_batch(x[:, None], caches)[:, 0]
+        return torch.stack(codes, dim=1)
 
 
 class Talker(nn.Module):
@@ -310,21 +352,40 @@ class Qwen3TTS(nn.Module):
         hidden = talker.model(prompt, cache)[-1]
         return FrameState(cache, hidden, talker.codec_head(hidden))
 
-    @torch.inference_mode()
     def sample_frame(self, state: FrameState, sampler: Sampler) -> torch.Tensor | None:
         """The next frame's 16 codes (16,) int64 on the model's device, or None at EOS."""
-        talker = self.talker
-        code0 = sampler.talker(state.logits, state.frame)
-        if int(code0) == sampler.eos_id:
-            return None
-        rest = talker.code_predictor.predict(state.hidden, talker.codec_embed(code0), sampler, state.frame)
-        return torch.stack([code0, *rest])
+        return self.sample_frames([state], [sampler])[0]
 
-    @torch.inference_mode()
     def advance(self, state: FrameState, codes: torch.Tensor, text_input: torch.Tensor) -> None:
         """Feed frame `codes` (16,) plus the text-track input (hidden,) to the talker; updates state."""
+        self.advance_frames([state], [codes], [text_input])
+
+    @torch.inference_mode()
+    def sample_frames(self, states: list[FrameState], samplers: list[Sampler]) -> list[torch.Tensor | None]:
+        """sample_frame for several utterances at once, each with its own sampler: their code predictors run as one
+        batch. An utterance at EOS gets None and costs its batch nothing more."""
         talker = self.talker
-        x = (talker.frame_embedding(codes) + text_input)[None]
-        state.hidden = talker.model(x, state.cache)[0]
-        state.logits = talker.codec_head(state.hidden)
-        state.frame += 1
+        code0 = [sampler.talker(state.logits, state.frame) for state, sampler in zip(states, samplers, strict=True)]
+        going = [b for b, (code, sampler) in enumerate(zip(code0, samplers)) if int(code) != sampler.eos_id]
+        frames: list[torch.Tensor | None] = [None] * len(states)
+        if going:
+            rest = talker.code_predictor.predict_batch(
+                torch.stack([states[b].hidden for b in going]),
+                talker.codec_embed(torch.stack([code0[b] for b in going])),
+                [samplers[b] for b in going], [states[b].frame for b in going])
+            for row, b in enumerate(going):
+                frames[b] = torch.cat((code0[b][None], rest[row]))
+        return frames
+
+    @torch.inference_mode()
+    def advance_frames(self, states: list[FrameState], codes: list[torch.Tensor], text_inputs: list[torch.Tensor]):
+        """advance for several utterances at once: their talker steps run as one batch."""
+        if not states:
+            return
+        talker = self.talker
+        x = torch.stack([talker.frame_embedding(c) + t for c, t in zip(codes, text_inputs, strict=True)])
+        hidden = talker.model.forward_batch(x[:, None], [state.cache for state in states])[:, 0]
+        logits = talker.codec_head(hidden)
+        for b, state in enumerate(states):
+            state.hidden, state.logits = hidden[b], logits[b]
+            state.frame += 1
