@@ -304,7 +304,7 @@ class Dialogue:
             turn_end: time.perf_counter() when the end of the turn was decided (the silence window ran
                 out, the key was released): the end of end_of_turn_ms, the origin of stt_ms; None is speech_end.
             transcript: audio_16k's transcript when it was made already (the voice loop transcribes a turn
-                while its silence runs out); stt_ms is then the time from turn_end to now.
+                while its silence runs out); stt_ms is then 0, or the time from turn_end to its made_at if later.
             reply: an early_reply() to that transcript's text, generated ahead while the silence ran out; the turn
                 ends it, or discards it if it cannot begin.
         Raises:
@@ -322,7 +322,10 @@ class Dialogue:
             end_of_turn_ms = (turn_end - speech_end) * 1000.0
             with self._turn_state() as state:
                 transcript = transcript or self.transcriber.transcribe(audio_16k)
-                stt_ms = (time.perf_counter() - turn_end) * 1000.0
+                # the turn goes on once it has ended and its words are known; whatever it waits for after that (the
+                # token an early reply is making, say) is the LLM's time, not the transcript's
+                words_at = max(turn_end, transcript.made_at)
+                stt_ms = (words_at - turn_end) * 1000.0
                 if not transcript.text.strip():
                     raise InputTextError(f"heard no words in {transcript.audio_s:.1f} s of audio; please speak again")
                 if emit is not None:
@@ -331,7 +334,7 @@ class Dialogue:
                     emit(Measured(self._turns, "stt_ms", stt_ms))
                 early, reply = reply, None  # the turn ends it from here
                 return self._turn(state, transcript.text, emit, speech_end=speech_end, end_of_turn_ms=end_of_turn_ms,
-                                  stt_ms=stt_ms, reply=early)
+                                  stt_ms=stt_ms, reply=early, asked_at=words_at)
         finally:
             if reply is not None:  # the turn did not begin: nothing of the reply is kept
                 reply.discard()
@@ -403,9 +406,9 @@ class Dialogue:
 
     def _turn(self, state: _TurnState, user_text: str, emit: Emit | None, speech_end: float | None = None,
               end_of_turn_ms: float | None = None, stt_ms: float | None = None, llm: bool = True,
-              reply: Reply | None = None) -> TurnResult:
+              reply: Reply | None = None, asked_at: float | None = None) -> TurnResult:
         """Speaks the LLM's reply to user_text (llm=False: user_text itself; `reply`: begun early), then saves and
-        measures it."""
+        measures it. asked_at: when the turn asked for its reply (the origin of llm_first_clause_ms); None is now."""
         early = reply is not None
         if reply is None and llm:
             reply = self.chat.stream_reply(user_text, cancel=state.stopped)  # validates first
@@ -434,7 +437,7 @@ class Dialogue:
         try:
             try:
                 splitter = ClauseSplitter(self.options.clauses)
-                t_request = time.perf_counter()
+                t_request = time.perf_counter() if asked_at is None else asked_at
 
                 def speak(clauses):
                     nonlocal first_clause_ms

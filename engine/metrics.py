@@ -33,13 +33,14 @@ class TurnMetrics:
     words agreed, the longest pause ran out, or the push-to-talk key went up). Voice turns only."""
     stt_ms: float | None = None
     """STT: end of the user's turn (the endpointer's silence window ran out, or the push-to-talk key
-    went up) -> final transcript. Voice turns only."""
+    went up) -> final transcript; 0 where the transcript was made before the turn ended (hands-free, in the pause that
+    ended it). Voice turns only."""
     llm_ttft_ms: float | None = None
     """LLM TTFT: the request to the LLM -> its first token with text (for a reply begun early, in the user's pause,
     the request came before the turn)."""
     llm_first_clause_ms: float | None = None
-    """LLM first clause: the turn asks for the reply -> the first complete clause out of the clause splitter (near
-    zero for a reply begun early)."""
+    """LLM first clause: the turn asks for the reply (a voice turn as soon as it has ended and its words are known) ->
+    the first complete clause out of the clause splitter (less for a reply begun early, in the user's pause)."""
     tts_ttfc_ms: float | None = None
     """TTS TTFC: the first clause handed to the TTS engine -> its first PCM chunk in host memory."""
     tts_rtf: float | None = None

@@ -94,6 +94,24 @@ def test_a_voice_turn_is_transcribed_answered_and_measured_from_the_end_of_speec
     assert dialogue.metrics.summary()["voice_to_voice_ms"].p50 == m.voice_to_voice_ms
 
 
+def test_a_voice_turn_transcribed_before_it_ended_has_no_stt(dialogue, speak):
+    """Hands-free, the words are often transcribed in the pause that ends the turn: STT is then 0, the reply's first
+    clause counts from the turn's end (so a wait for the LLM shows as the LLM's), and the figures add up to no more
+    than voice-to-voice. A transcript that comes after the end counts from the end."""
+    import time
+
+    audio = speak("Tell me about the weather today.")
+    transcript = dialogue.transcriber.transcribe(audio)
+    speech_end, turn_end = transcript.made_at - 0.05, time.perf_counter()
+    early = dialogue.voice_turn(audio, speech_end=speech_end, turn_end=turn_end, transcript=transcript).metrics
+    assert early.stt_ms == 0 and early.end_of_turn_ms == pytest.approx((turn_end - speech_end) * 1000)
+    parts = early.end_of_turn_ms + early.stt_ms + early.llm_first_clause_ms + early.tts_ttfc_ms
+    assert parts < early.voice_to_voice_ms
+    late = dialogue.voice_turn(audio, speech_end=transcript.made_at - 0.3, turn_end=transcript.made_at - 0.1,
+                               transcript=transcript).metrics
+    assert late.stt_ms == pytest.approx(100.0)
+
+
 def test_barge_in_flushes_playback_and_keeps_only_the_heard_clauses(dialogue, player):
     """stop() while speaking flushes the player, ends the turn, and saves the reply as interrupted with only heard
     clauses."""

@@ -209,13 +209,15 @@ class TranscriberOptions:
 class Transcript:
     """What was said in one turn. language: the code used (fixed or detected);
     language_probability: the detection's confidence (1.0 when fixed); audio_s: length of the audio;
-    elapsed_s: wall time the transcription took (the STT latency once speech has ended)."""
+    elapsed_s: wall time the transcription took; made_at: time.perf_counter() when it was done (a turn's transcript
+    may be made before the turn ends)."""
 
     text: str
     language: str
     language_probability: float
     audio_s: float
     elapsed_s: float
+    made_at: float
 
 
 class Transcriber:
@@ -293,7 +295,7 @@ class Transcriber:
         audio = audio.astype(np.float32, copy=False)
         t0 = time.perf_counter()
         if len(audio) == 0:
-            return Transcript("", self.language or "", 0.0, 0.0, 0.0)
+            return Transcript("", self.language or "", 0.0, 0.0, 0.0, t0)
         language, probability = (self.heard_language if quick else self.language), 1.0
         if language is None:
             language, probability = self._detect_language(audio)
@@ -311,7 +313,8 @@ class Transcriber:
         text = " ".join(s.text.strip() for s in segments).strip()  # segments is lazy: decoding happens here
         if text and not quick:
             self.heard_language = info.language
-        return Transcript(text, info.language, probability, len(audio) / SAMPLE_RATE_HZ, time.perf_counter() - t0)
+        done = time.perf_counter()
+        return Transcript(text, info.language, probability, len(audio) / SAMPLE_RATE_HZ, done - t0, done)
 
     def _detect_language(self, audio: np.ndarray) -> tuple[str, float]:
         """The language of `audio` and the detection's confidence, from the encoding of the very window the
