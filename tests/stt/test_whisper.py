@@ -51,6 +51,7 @@ def test_a_detected_language_costs_no_second_encoder_pass(speak, transcriber):
             audio = speak(text, voice=voice)
             passes.clear()
             encode._last = None  # another test may have heard the same sentence
+            transcriber.heard_language = None  # detection alone, as faster-whisper's: no language heard before
             transcript = transcriber.transcribe(audio)
             assert len(passes) == 1
             segments, info = transcriber._model.transcribe(audio, beam_size=1, condition_on_previous_text=False,
@@ -85,6 +86,21 @@ def test_a_quick_transcript_assumes_the_language_last_heard(speak, whisper_dir):
     assert transcriber.transcribe(english).language == transcriber.heard_language == "en"
     quick = transcriber.transcribe(english, quick=True)
     assert quick.language == "en" and word_error_rate("please turn on the kitchen lights", quick.text) <= 0.2
+
+
+def test_a_turn_keeps_the_language_last_heard_unless_sure_of_another(speak, whisper_dir):
+    """A hesitation cut as the VAD cuts it (0.3 s before the voice, 0.2 s after) is Thai to Whisper's detection, at
+    0.49, and so decoded it is a line of Thai nonsense; after an English turn it is heard in English, word for word. A
+    German line, detected at 0.5 or more, still switches the language."""
+    transcriber = Transcriber(whisper_dir, TranscriberOptions(device="cpu", cpu_threads=2))
+    hesitation = np.concatenate([np.zeros(4800, np.float32), speak("Please play something by"),
+                                 np.zeros(3200, np.float32)])
+    alone = transcriber.transcribe(hesitation)
+    assert alone.language == "th" and "please" not in alone.text.lower(), "no longer an example of a wrong guess"
+    assert transcriber.transcribe(speak("Please turn on the kitchen lights.")).language == "en"
+    after = transcriber.transcribe(hesitation)
+    assert after.language == "en" and after.text.lower().startswith("please play something by")
+    assert transcriber.transcribe(speak("Guten Morgen, wie geht es dir heute?", voice="de")).language == "de"
 
 
 def test_unknown_language_falls_back_to_detection(whisper_dir, caplog):
