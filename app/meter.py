@@ -17,7 +17,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from engine.metrics import LABELS, format_figure
+from engine.metrics import HINTS, LABELS, format_figure
 
 # engine/metrics.py's, in order
 SHOWN = ("tts_ttfc_ms", "tts_rtf", "end_of_turn_ms", "stt_ms", "llm_ttft_ms", "voice_to_voice_ms")
@@ -139,8 +139,11 @@ class LatencyMeter(QWidget):
             grid.addWidget(label, 0, column)
         self.values: dict[str, tuple[QLabel, QLabel, QLabel]] = {}
         for row, name in enumerate(SHOWN, start=1):
-            grid.addWidget(QLabel(LABELS[name]), row, 0)
-            cells = tuple(QLabel("–", objectName="meterValue") for _ in range(3))
+            grid.addWidget(QLabel(LABELS[name], toolTip=HINTS[name]), row, 0)
+            # a screen reader reads a cell alone: its name says which figure and which column it is
+            cells = tuple(QLabel("–", objectName="meterValue", toolTip=HINTS[name], accessibleDescription=HINTS[name],
+                                 accessibleName=f"{LABELS[name]}, {column}")
+                          for column in ("last turn", "median", "95th percentile"))
             for column, cell in enumerate(cells, start=1):
                 cell.setAlignment(Qt.AlignmentFlag.AlignRight)
                 grid.addWidget(cell, row, column)

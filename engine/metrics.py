@@ -71,6 +71,18 @@ LABELS = {"end_of_turn_ms": "End of turn", "stt_ms": "STT", "llm_ttft_ms": "LLM 
           "voice_to_voice_ms": "Voice to voice", "underruns": "Underruns"}
 """What the user reads for each figure (the app's meter, `parley chat`)."""
 
+HINTS = {
+    "end_of_turn_ms": "From the end of your speech until Parley was sure you had finished",
+    "stt_ms": "From the end of your turn until its words were written down; 0 when that was done while you paused",
+    "llm_ttft_ms": "From asking the assistant until its first word (a reply may be begun while you pause)",
+    "llm_first_clause_ms": "From your turn's words being known until the reply's first phrase was complete",
+    "tts_ttfc_ms": "From a phrase handed to the voice until its first sound was made",
+    "tts_rtf": "The voice's time to make a second of speech, in seconds; below 1 it keeps ahead of playback",
+    "voice_to_voice_ms": "From the end of your speech until Parley's first sound",
+    "underruns": "Gaps in Parley's speech where its audio came too late",
+}
+"""Each figure in a sentence, for whoever reads the numbers (the meter's tooltips and screen readers)."""
+
 
 def format_figure(name: str, value: float | None) -> str:
     """The figure `name` as the user reads it: '182 ms', '0.42' (RTF), '3' (underruns), or '–' where the turn did

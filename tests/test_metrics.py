@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from engine.metrics import FIGURES, LABELS, MetricsRecorder, TurnMetrics, format_figure, percentile
+from engine.metrics import FIGURES, HINTS, LABELS, MetricsRecorder, TurnMetrics, format_figure, percentile
 
 
 def test_percentiles_interpolate_between_ranks_like_numpy():
@@ -94,6 +94,7 @@ def test_as_dict_holds_the_measured_figures_by_name():
     assert metrics.as_dict() == {"llm_ttft_ms": 12.5, "underruns": 2.0}
     assert set(FIGURES) == {"end_of_turn_ms", "stt_ms", "llm_ttft_ms", "llm_first_clause_ms", "tts_ttfc_ms", "tts_rtf",
                             "voice_to_voice_ms", "underruns"}
+    assert set(LABELS) == set(HINTS) == set(FIGURES)  # every figure has its name and its sentence for the user
 
 
 def test_each_figure_reads_as_a_person_writes_it_and_one_not_measured_as_a_dash():

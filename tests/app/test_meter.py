@@ -2,8 +2,10 @@
 
 import math
 
+from PySide6.QtWidgets import QLabel
+
 from app.meter import LatencyMeter
-from engine.metrics import MetricsRecorder, TurnMetrics, format_figure
+from engine.metrics import HINTS, LABELS, MetricsRecorder, TurnMetrics, format_figure
 
 
 def test_the_meter_updates_from_metric_events_with_the_recorders_percentiles(qtbot):
@@ -54,6 +56,20 @@ def test_each_figure_shows_as_soon_as_it_is_measured_and_a_new_turn_starts_afres
     assert meter.values["voice_to_voice_ms"][0].text() == "700 ms" and "turn 2;" in meter.turns.text()
     meter.show_figure(1, "stt_ms", 1.0)  # a late figure of the same turn does not clear the column
     assert meter.values["voice_to_voice_ms"][0].text() == "700 ms"
+
+
+def test_each_figure_says_what_it_measures_and_each_cell_which_figure_it_is(qtbot):
+    """Hovering a figure's name or number tells what it measures; a screen reader, which reads one cell at a time,
+    hears the figure and the column with the number."""
+    meter = LatencyMeter()
+    qtbot.addWidget(meter)
+    names = {label.text(): label for label in meter.findChildren(QLabel)}
+    for name, cells in meter.values.items():
+        assert names[LABELS[name]].toolTip() == HINTS[name] and HINTS[name]
+        assert [cell.accessibleName() for cell in cells] == [f"{LABELS[name]}, {column}" for column in
+                                                            ("last turn", "median", "95th percentile")]
+        assert all(cell.toolTip() == cell.accessibleDescription() == HINTS[name] for cell in cells)
+    assert "0 when" in HINTS["stt_ms"]  # a figure of 0 is explained where it is shown
 
 
 def test_the_level_bar_follows_the_input_level(qtbot):
