@@ -10,8 +10,9 @@ of a pause is kept for every policy, as the audio is the same). Decision: the en
 false cut-off. What this leaves out is the reply's work after the decision and the sound card, which
 bench/turn_taking.py measures end to end (on a GPU some 100-140 ms).
 
-Whisper runs on the CPU in int8, as the app there, or with --float32, nearer the GPU's float16: the two read some
-hanging voices differently, and a hanging voice read as a finished sentence is what cuts a pause.
+Whisper runs on the CPU in int8, as the app there, or with --float32; with --device cuda on the GPU in float16, as
+the app there, or in float32. They read some hanging voices differently, and a hanging voice read as a finished
+sentence is what cuts a pause (bench/gpu_turn_policy.sh runs both on the GPU machine).
 
     python bench/turn_policy.py                                    # the defaults
     python bench/turn_policy.py --policies 200:600,150:600,200:400 --float32
@@ -65,7 +66,9 @@ def main(argv=None) -> int:
                         help="turn_check_ms:sentence_ms pairs, comma-separated (the defaults: 200:600)")
     parser.add_argument("--longest-pause-ms", type=int, default=2000, help="VadOptions.silence_ms")
     parser.add_argument("--tail-ms", type=int, default=VadOptions.tail_ms, help="VadOptions.tail_ms")
-    parser.add_argument("--float32", action="store_true", help="Whisper in float32 instead of the CPU's int8")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where Whisper runs")
+    parser.add_argument("--float32", action="store_true",
+                        help="Whisper in float32 instead of the CPU's int8 or the GPU's float16")
     parser.add_argument("--voices", help="folder of the lines' speech (default: a temporary one)")
     parser.add_argument("--whisper", help="a CTranslate2 Whisper folder (default: the bundled base)")
     parser.add_argument("--turn-model", help="the Smart Turn ONNX file (default: pipecat-ai's)")
@@ -80,7 +83,7 @@ def main(argv=None) -> int:
 
     voices = Path(args.voices or tempfile.mkdtemp(prefix="parley-voices-"))
     voices.mkdir(parents=True, exist_ok=True)
-    transcriber = Transcriber(args.whisper, TranscriberOptions(device="cpu", cpu_threads=2))
+    transcriber = Transcriber(args.whisper, TranscriberOptions(device=args.device, cpu_threads=2))
     if args.float32:  # the same model and prompt; only CTranslate2's arithmetic differs
         transcriber.compute_type = "float32"
         transcriber._model = transcriber._load()
@@ -94,7 +97,7 @@ def main(argv=None) -> int:
         turns.append((kind, speech + rng.normal(0, MIC_NOISE_RMS, len(speech)).astype(np.float32)))
     paused = sum(kind in ("paused", "filler") for kind, _ in turns)
 
-    print(f"{len(turns)} turns, Whisper base {'float32' if args.float32 else transcriber.compute_type}, "
+    print(f"{len(turns)} turns, Whisper base on {transcriber.device} in {transcriber.compute_type}, "
           f"{model.model.path.name}, longest pause {args.longest_pause_ms} ms\n")
     print("| turn_check_ms | sentence_ms | decision p50 ms | p95 ms | decided before sentence_ms | false cut-offs |")
     print("|---|---|---|---|---|---|")
