@@ -109,8 +109,11 @@ def test_in_int8_a_batch_costs_no_more_than_int8_itself(tiny_checkpoint):
 @needs_cuda
 def test_on_the_gpu_kernels_of_one_sequence_serve_a_batch_one_by_one(tiny_checkpoint):
     """With the megakernel attached (its step and the CUDA attention prologue take one sequence a call), a batch runs
-    its utterances one after the other: the same logits as each alone, exactly."""
+    its utterances' stacks one after the other, each as alone. Only the heads' products take the batch's rows at once,
+    and cuBLAS may sum them in another order: every logit within two bfloat16 steps of its value alone."""
     tts = load_tts(tiny_checkpoint, device="cuda")
     forced = [alone(tts, i)[1][:end] for i, end in enumerate(ENDS)]
     for i, tape in enumerate(together(tts, forced)):
-        assert largest_difference(tape, alone(tts, i, forced[i])[0]) == 0, f"utterance {i}"
+        reference = alone(tts, i, forced[i])[0]
+        scale = max(logits.abs().max().item() for logits in reference.logits)
+        assert largest_difference(tape, reference) <= scale / 64, f"utterance {i}"
