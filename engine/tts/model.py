@@ -213,7 +213,8 @@ class DecoderStack(nn.Module):
         if B > 1 and not all(layer.self_attn.batches for layer in self.layers):
             return torch.stack([self.forward_batch(x[b : b + 1], [cache])[0] for b, cache in enumerate(caches)])
         if self.kernel_step is not None and T == 1:
-            return torch.stack([self.kernel_step(x[b], cache) for b, cache in enumerate(caches)])
+            steps = [self.kernel_step(x[b], cache) for b, cache in enumerate(caches)]
+            return steps[0][None] if B == 1 else torch.stack(steps)  # alone, no copy on every step
         rotations = [self.rotary(cache.length, T, x) for cache in caches]
         cos, sin = rotations[0] if B == 1 else (torch.cat(parts) for parts in zip(*rotations))
         x, delta = x.reshape(B * T, -1), None
