@@ -203,7 +203,7 @@ def test_attention_prologue_equals_the_pytorch_ops(tiny_checkpoint, full_checkpo
                     cache = stack.new_cache(T + 8, x)
                     cache.k.zero_()
                     cache.v.zero_()
-                    outputs.append(attention(x, cos, sin, cache, layer))
+                    outputs.append(attention(x, cos, sin, [cache], layer))
                     caches.append(cache)
                 attention.prologue = prologue
                 (got, expected), (fast, ref) = outputs, caches
