@@ -341,8 +341,9 @@ class SettingsDialog(QDialog):
         self._select(self.mode, s.listen_mode)
         self.turn_detection = QCheckBox("Know when I have finished (end-of-turn detection)",
                                         objectName="turnDetection", checked=s.turn_detection)
-        self.turn_detection.setToolTip("Hands-free: after a short pause Parley listens to how you spoke to tell "
-                                       "whether you have finished; if not, it waits while you think")
+        self.turn_detection.setToolTip("Hands-free: after a short pause Parley listens to how you spoke, and reads "
+                                       "what you said, to tell whether you have finished; if not, it waits while you "
+                                       "think")
         self.longest_pause = QSpinBox(objectName="longestPauseMs", suffix=" ms", singleStep=250)
         self.longest_pause.setRange(*LONGEST_PAUSE_MS_RANGE)
         self.longest_pause.setValue(s.longest_pause_ms)

@@ -35,6 +35,7 @@ from virtual_audio import MIC_NOISE_RMS  # noqa: E402
 
 from engine.stt import SAMPLE_RATE_HZ, SileroVad, Transcriber, TranscriberOptions, VadOptions  # noqa: E402
 from engine.stt.turn import TurnModel, judge_words  # noqa: E402
+from engine.stt.turn_text import TextTurnModel  # noqa: E402
 from engine.stt.vad import Endpointer, Turn, split_blocks  # noqa: E402
 
 TRAILING_SILENCE_S = 2.5  # longer than the longest pause the policies wait for
@@ -51,9 +52,10 @@ class Asked:
         return self.said[-1]
 
 
-def replay(audio: np.ndarray, options, vad, model, judge) -> list:
+def replay(audio: np.ndarray, options, vad, model, judge, complete) -> list:
     """The Endpointer's Turn events for one turn's audio, each with the stream sample at which it was decided."""
-    endpointer = Endpointer(options, vad=vad, turn_model=model, words=lambda key: judge(audio, key))
+    endpointer = Endpointer(options, vad=vad, turn_model=model, words=lambda key: judge(audio, key),
+                            complete=complete and (lambda key: complete(audio, key)))
     decided = []
     for i, block in enumerate(split_blocks(audio)):
         decided += [(turn, (i + 1) * len(block)) for turn in endpointer.feed(block) if isinstance(turn, Turn)]
@@ -72,6 +74,9 @@ def main(argv=None) -> int:
     parser.add_argument("--voices", help="folder of the lines' speech (default: a temporary one)")
     parser.add_argument("--whisper", help="a CTranslate2 Whisper folder (default: the bundled base)")
     parser.add_argument("--turn-model", help="the Smart Turn ONNX file (default: pipecat-ai's)")
+    parser.add_argument("--text-model", default="with,without",
+                        help="with, without or both (comma-separated): whether the words' meaning (engine/stt/"
+                             "turn_text.py) may end a turn at the check")
     parser.add_argument("-v", "--verbose", action="store_true", help="each turn's decision and what was heard")
     args = parser.parse_args(argv)
     try:
@@ -99,21 +104,33 @@ def main(argv=None) -> int:
 
     print(f"{len(turns)} turns, Whisper base on {transcriber.device} in {transcriber.compute_type}, "
           f"{model.model.path.name}, longest pause {args.longest_pause_ms} ms\n")
-    print("| turn_check_ms | sentence_ms | decision p50 ms | p95 ms | decided before sentence_ms | false cut-offs |")
-    print("|---|---|---|---|---|---|")
-    for check_ms, sentence_ms in policies:
+    texts = args.text_model.split(",")
+    if not set(texts) <= {"with", "without"}:
+        parser.error(f"--text-model takes with, without or both, got {args.text_model!r}")
+    reader = TextTurnModel() if "with" in texts else None
+    read = {}  # (turn, key) -> the words' probability of ending the message, as heard
+
+    def judge(n, audio, key):
+        if (n, key) not in heard:
+            heard[n, key] = transcriber.transcribe(audio[key[0] : key[1]])
+        return judge_words(heard[n, key].text, heard[n, key].language)
+
+    def complete(n, audio, key):
+        transcript = heard[n, key]  # the words were judged first
+        read[n, key] = reader.probability(transcript.text) if transcript.language == "en" else 0.0
+        return transcript.language == "en" and read[n, key] >= reader.threshold
+
+    print("| turn_check_ms | sentence_ms | words' meaning | decision p50 ms | p95 ms | decided before sentence_ms "
+          "| false cut-offs |")
+    print("|---|---|---|---|---|---|---|")
+    for (check_ms, sentence_ms), text in ((policy, text) for policy in policies for text in texts):
         options = VadOptions(silence_ms=args.longest_pause_ms, turn_check_ms=check_ms, sentence_ms=sentence_ms,
                              tail_ms=args.tail_ms)
         decisions, at_check, cut = [], 0, []
         for n, (kind, audio) in enumerate(turns):
-
-            def judge(audio, key, n=n):
-                if (n, key) not in heard:
-                    heard[n, key] = transcriber.transcribe(audio[key[0] : key[1]])
-                return judge_words(heard[n, key].text, heard[n, key].language)
-
             model.said.clear()
-            ended = replay(audio, options, vad, model, judge)
+            ended = replay(audio, options, vad, model, lambda audio, key, n=n: judge(n, audio, key),
+                           (lambda audio, key, n=n: complete(n, audio, key)) if text == "with" else None)
             last, decided_at = ended[-1]
             last_speech = last.end_sample - options.tail_ms * SAMPLE_RATE_HZ // 1000
             decision_ms = (decided_at - last_speech) * 1000 / SAMPLE_RATE_HZ
@@ -122,13 +139,15 @@ def main(argv=None) -> int:
             if len(ended) > 1:
                 cut.append(n)
             if args.verbose:
-                said = " | ".join(heard[n, key].text if (n, key := (t.start_sample, t.end_sample)) in heard else "?"
-                                  for t, _ in ended)
+                keys = [(t.start_sample, t.end_sample) for t, _ in ended]
+                said = " | ".join(heard[n, key].text if (n, key) in heard else "?" for key in keys)
+                meaning = ", ".join(f"{read[n, key]:.3f}" for key in keys if (n, key) in read)
                 model_said = ", ".join(f"{p:.2f}" for p in model.said)
-                print(f"  {check_ms}:{sentence_ms} turn {n} ({kind}) {decision_ms:.0f} ms, {last.reason}, "
-                      f"model {model_said}: {said}")
-        print(f"| {check_ms} | {sentence_ms} | {percentile(decisions, 50):.0f} | {percentile(decisions, 95):.0f} | "
-              f"{at_check} of {len(turns)} | {len(cut)} of {paused}{': turns ' + str(cut) if cut else ''} |")
+                print(f"  {check_ms}:{sentence_ms} {text} turn {n} ({kind}) {decision_ms:.0f} ms, {last.reason}, "
+                      f"model {model_said}{', words ' + meaning if meaning else ''}: {said}")
+        print(f"| {check_ms} | {sentence_ms} | {text} | {percentile(decisions, 50):.0f} | "
+              f"{percentile(decisions, 95):.0f} | {at_check} of {len(turns)} | "
+              f"{len(cut)} of {paused}{': turns ' + str(cut) if cut else ''} |")
     return 0
 
 

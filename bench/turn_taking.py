@@ -1,23 +1,24 @@
 """Benchmark of turn-taking: how soon Parley answers once the user has finished, and how often it cuts them off in a
 pause for thought, with the fixed silence window (the baseline), end-of-turn detection, end-of-turn detection with
-the reply begun in the pause (the default), and the same with the live transcript the app shows, in the same run.
+the reply begun in the pause (the default), the same with the voice's model alone (not the words' meaning:
+engine/stt/turn_text.py), and the same with the live transcript the app shows, in the same run.
 
 Method: bench/voice_loop.py's parts (a private PulseAudio with the 'vsink' speakers and the 'usermic' microphone,
-espeak-ng's en-us voice at 150 words a minute; or --audio virtual) drive the real loop hands-free: Silero VAD ->
-the Endpointer (with or without engine/stt/turn.py's model) -> Whisper base -> SmolLM2 -> the tiny random-weight
-speech model (each clause capped at --max-frames) -> the Player. The script has 48 turns: 12 statements, 12
-questions, 12 sentences with a pause in the middle (400-1,200 ms: "I want to book a table for ... four people"),
-12 with a filler and a pause ("so, um ... what is a good book?"); the pauses are silence between espeak-ng's parts.
-Each turn is played into the microphone; once it has played, the loop is waited on until it has listened, idle,
-for --settle-s (longer than the longest pause, so a turn that is still open ends first). A turn the loop heard as
-more than one is a false cut-off. Response latency is engine/metrics.py's voice-to-voice (the block holding the
-last speech -> the reply's first sample handed to the sound card) of the turn's last part. Each configuration runs
-the whole script on the same models, the fixed window first; "replies begun early" counts the measured turns whose
-reply the LLM had begun in the pause (TurnMetrics.early_reply). PulseAudio's null sinks run on a slow clock (~50-75%
-of real time here), which stretches the pauses in wall time, and so the fixed window's latency; the virtual sound
-card (--audio virtual) keeps wall-clock pace.
+espeak-ng's en-us voice at 150 words a minute; or --audio virtual) drive the real loop hands-free: Silero VAD -> the
+Endpointer (with or without engine/stt/turn.py's and turn_text.py's models) -> Whisper base -> SmolLM2 -> the tiny
+random-weight speech model (each clause capped at --max-frames) -> the Player. The script has 48 turns: 12
+statements, 12 questions, 12 sentences with a pause in the middle (400-1,200 ms: "I want to book a table for ...
+four people"), 12 with a filler and a pause ("so, um ... what is a good book?"); the pauses are silence between
+espeak-ng's parts. Each turn is played into the microphone; once it has played, the loop is waited on until it has
+listened, idle, for --settle-s (longer than the longest pause, so a turn that is still open ends first). A turn the
+loop heard as more than one is a false cut-off. Response latency is engine/metrics.py's voice-to-voice (the block
+holding the last speech -> the reply's first sample handed to the sound card) of the turn's last part. Each
+configuration runs the whole script on the same models, the fixed window first; "replies begun early" counts the
+measured turns whose reply the LLM had begun in the pause (TurnMetrics.early_reply). PulseAudio's null sinks run on
+a slow clock (~50-75% of real time here), which stretches the pauses in wall time, and so the fixed window's
+latency; the virtual sound card (--audio virtual) keeps wall-clock pace.
 
-    python bench/turn_taking.py                     # CPU, 3 x 48 turns
+    python bench/turn_taking.py                     # CPU, every configuration, 48 turns each
     bash bench/gpu_turn_taking.sh --configs fixed   # on the GPU machine (bench/gpu_voice_loop_prep.sh packs it)
 """
 
@@ -42,7 +43,7 @@ from voice_loop import USER_RATE_HZ, Pulse, VirtualAudio, load_transcriber, rand
 from engine.stt.vad import VadOptions  # noqa: E402  (it leaves sounddevice unimported: the audio is set up first)
 
 # the fixed window, end-of-turn detection, the same + early reply, the same + the live transcript (as the app has it)
-CONFIGS = ("fixed", "detection", "early", "live")
+CONFIGS = ("fixed", "detection", "early", "voice", "live")
 
 STATEMENTS = [
     "I had a long day at work today.", "My sister is visiting next week.", "The garden needs watering.",
@@ -136,8 +137,8 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model, early_reply: bool, partials: bool,
-               tail_ms: int) -> dict:
+def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model, text_model, early_reply: bool,
+               partials: bool, tail_ms: int) -> dict:
     from engine.events import TurnFinished
     from engine.listening import VoiceOptions
     from engine.voice_loop import VoiceLoop
@@ -146,7 +147,7 @@ def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model,
     watch = Watch()
     latency, cut, early = [], {"paused": 0, "filler": 0}, 0
     options = VoiceOptions(vad=vad, barge_in=False, early_reply=early_reply, partials=partials)
-    with VoiceLoop(dialogue, mic, options=options, turn_model=turn_model) as loop:
+    with VoiceLoop(dialogue, mic, options=options, turn_model=turn_model, text_model=text_model) as loop:
         loop.subscribe(watch)
         loop.start()
         for i, (kind, parts) in enumerate(turns):
@@ -221,7 +222,8 @@ def measure(args, audio, work: Path, voices: Path) -> int:
     from engine.dialogue import Dialogue
     from engine.history import HistoryStore
     from engine.llm.chat import ChatModel, ChatOptions, bundled_model_path
-    from engine.stt.turn import TurnModel
+    from engine.stt.turn import TurnModel, default_threads
+    from engine.stt.turn_text import TextTurnModel
     from engine.tts import load_tts
 
     turns = script()[: args.turns]
@@ -229,22 +231,23 @@ def measure(args, audio, work: Path, voices: Path) -> int:
     chat = ChatModel(bundled_model_path(), ChatOptions(n_ctx=2048, max_tokens=16, temperature=0.0, n_threads=1,
                                                        n_gpu_layers=None if args.device == "cuda" else 0))
     transcriber = load_transcriber(args)
-    model = TurnModel(args.turn_model)
+    model, reader = TurnModel(args.turn_model), TextTurnModel(threads=default_threads())
     results = {}
     with Player() as player, Microphone() as mic, HistoryStore(work / "history.sqlite3") as history:
         dialogue = Dialogue(chat, tts, player, history, transcriber)
         detection = f"end-of-turn detection (longest pause {args.longest_pause_ms} ms)"
-        configs = {"fixed": (f"fixed {args.silence_ms} ms window", None, False, False),
-                   "detection": (detection, model, False, False),
-                   "early": (f"{detection} + early reply", model, True, False),
-                   "live": (f"{detection} + early reply + live transcript", model, True, True)}
+        configs = {"fixed": (f"fixed {args.silence_ms} ms window", None, None, False, False),
+                   "detection": (detection, model, reader, False, False),
+                   "early": (f"{detection} + early reply", model, reader, True, False),
+                   "voice": (f"{detection} of the voice alone + early reply", model, None, True, False),
+                   "live": (f"{detection} + early reply + live transcript", model, reader, True, True)}
         for key in args.configs:
             for tail_ms in args.tail_ms:
-                name, turn_model, early_reply, partials = configs[key]
+                name, turn_model, text_model, early_reply, partials = configs[key]
                 if len(args.tail_ms) > 1 or tail_ms != VadOptions.tail_ms:
                     name += f", tail {tail_ms} ms"
-                results[name] = run_config(name, dialogue, mic, audio, turns, voices, args, turn_model, early_reply,
-                                           partials, tail_ms)
+                results[name] = run_config(name, dialogue, mic, audio, turns, voices, args, turn_model, text_model,
+                                           early_reply, partials, tail_ms)
 
     paused = sum(kind in ("paused", "filler") for kind, _ in turns)
     tts_path = "megakernel" if tts.model.frame_kernel is not None else "PyTorch"

@@ -234,7 +234,7 @@ class Assistant:
         if subscribe is not None:
             self._subscribers.subscribe(subscribe)
         self.history = self.chat = self.tts = self.transcriber = self.player = self.microphone = None
-        self.turn_model = None  # the end-of-turn model, where hands-free turns take one
+        self.turn_model = self.text_model = None  # the end-of-turn models of voice and words, where turns take them
         self.dialogue = self.loop = None
         self.metrics = None  # one MetricsRecorder for the assistant's life: p50/p95 span rebuilt loops
         self.device = "cpu"
@@ -405,18 +405,27 @@ class Assistant:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) - self.chat.cpu_threads))
 
     def _load_turn_model(self) -> None:
-        """The end-of-turn model, where the config asks for it and there is speech to hear; where it cannot be
-        loaded, a Notice, and the pause alone ends each turn."""
-        self.turn_model = None
+        """The end-of-turn models, where the config asks for them and there is speech to hear; where the voice's cannot
+        be loaded, a Notice, and the pause alone ends each turn; where the words' cannot, a Notice, and the voice's
+        decides alone."""
+        self.turn_model = self.text_model = None
         if not (self.config.turn_detection and self.transcriber is not None):
             return
-        from engine.stt.turn import TurnModel
+        from engine.stt.turn import TurnModel, default_threads
+        from engine.stt.turn_text import TextTurnModel
 
         try:
             self.turn_model = TurnModel()
         except ModelFilesError as e:
             error = FeatureUnavailableError(f"end-of-turn detection is off ({e}); a pause of "
                                             f"{self.config.silence_ms} ms ends each turn")
+            self._emit(Notice(str(error), error, "loading the end-of-turn model"))
+            return
+        try:
+            self.text_model = TextTurnModel(threads=default_threads())
+        except ParleyError as e:
+            error = FeatureUnavailableError(f"end-of-turn detection hears the voice only ({e}); a finished sentence "
+                                            "the voice leaves open ends the turn after a longer pause")
             self._emit(Notice(str(error), error, "loading the end-of-turn model"))
 
     def _gpu_notice(self, message: str, doing: str) -> None:
@@ -446,7 +455,8 @@ class Assistant:
         silence_ms = config.longest_pause_ms if self.turn_model is not None else config.silence_ms
         voice = VoiceOptions(mode=config.listen_mode, vad=VadOptions(silence_ms=silence_ms),
                              partials=config.live_transcript, echo_cancellation=config.echo_cancellation)
-        self.loop = VoiceLoop(dialogue, self.microphone, options=voice, turn_model=self.turn_model)
+        self.loop = VoiceLoop(dialogue, self.microphone, options=voice, turn_model=self.turn_model,
+                              text_model=self.text_model)
         recorder = self.metrics
         self._unsubscribe = [
             self.loop.subscribe(self._emit),

@@ -187,16 +187,21 @@ class Listener:
             pause's early transcript is made and its words do not trail off, and where it says the user goes on, words
             that end a sentence end the turn after VadOptions.sentence_ms (engine/stt/turn.py judge_words): that text
             is the turn's, which it would wait for anyway.
+        text_model: reads the pause's words (engine/stt/turn_text.py TextTurnModel) where the end-of-turn model says
+            the user goes on: words that end a sentence and read as a whole message end the turn at once, not after
+            VadOptions.sentence_ms. None: only the voice and the pause decide.
     Raises:
         ModelFilesError: the Silero VAD model is missing.
     """
 
     def __init__(self, microphone, options: VoiceOptions, owner: Owner, closing: threading.Event, ahead=None,
-                 vad: SileroVad | None = None, turn_model=None):
+                 vad: SileroVad | None = None, turn_model=None, text_model=None):
         self.microphone, self.options, self._owner, self._closing, self._ahead = (microphone, options, owner,
                                                                                   closing, ahead)
         words = self._words if ahead is not None else None
-        self._endpointer = Endpointer(options.vad, options.mode, vad, turn_model, words)
+        self._text_model = text_model
+        complete = self._complete if ahead is not None and text_model is not None else None
+        self._endpointer = Endpointer(options.vad, options.mode, vad, turn_model, words, complete)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         # (stream sample where a block starts, its t_captured): places the end of speech in time
         self._captured: deque[tuple[int, float]] = deque(maxlen=blocks(options.vad.max_turn_s * 1000 + 2000))
@@ -214,6 +219,12 @@ class Listener:
         self._pause()
         transcript = self._ahead.made_early(key)
         return None if transcript is None else judge_words(transcript.text, transcript.language)
+
+    def _complete(self, key: tuple[int, int]) -> bool:
+        """The Endpointer's reader of a pause's words, asked once they are judged to end a sentence: whether they read
+        as a whole message."""
+        transcript = self._ahead.made_early(key)
+        return transcript is not None and self._text_model.complete(transcript.text, transcript.language)
 
     def _pause(self) -> None:
         """Where the Endpointer's pause under way would end the turn, once it changes: to Whisper for the early

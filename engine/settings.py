@@ -52,8 +52,9 @@ class AssistantConfig:
         instruct; "" for none. Models that take none ignore it (AssistantInfo.style_kind says which).
     input_device, output_device: a device name or part of one; "" is the system default.
     listen_mode: "hands-free" or "push-to-talk".
-    turn_detection: hands-free, a short pause asks the end-of-turn model (engine/stt/turn.py) whether the user has
-        finished: the reply starts then, or Parley waits up to longest_pause_ms while they think.
+    turn_detection: hands-free, a short pause asks the end-of-turn models of the voice and of the words
+        (engine/stt/turn.py, turn_text.py) whether the user has finished: the reply starts then, or Parley waits up to
+        longest_pause_ms while they think.
     silence_ms: hands-free without turn detection, the pause that ends a turn (the VAD's default).
     longest_pause_ms: with turn detection, the pause that ends a turn even when the model says it goes on.
     echo_cancellation: take Parley's own voice out of the microphone (open speakers; a headset's passes through).

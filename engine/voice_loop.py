@@ -112,12 +112,14 @@ class VoiceLoop:
         vad: the Silero model for the Endpointer; loaded from faster-whisper when None.
         turn_model: the end-of-turn model (engine/stt/turn.py TurnModel) for hands-free turns, or None: a pause of
             options.vad.silence_ms alone ends a turn.
+        text_model: with turn_model, the reader of the pause's words (engine/stt/turn_text.py TextTurnModel), or
+            None.
     Raises:
         ModelFilesError: the Silero VAD model is missing (only with a microphone).
     """
 
     def __init__(self, dialogue: Dialogue, microphone=None, options: VoiceOptions | None = None, *,
-                 vad: SileroVad | None = None, turn_model=None):
+                 vad: SileroVad | None = None, turn_model=None, text_model=None):
         self.dialogue, self.microphone = dialogue, microphone
         self.options = opts = options or VoiceOptions()
         self._subscribers: Subscribers[object] = Subscribers("voice-loop")
@@ -129,7 +131,8 @@ class VoiceLoop:
                 self._ahead = TranscribingAhead(dialogue.transcriber, opts.partials, self._closing,
                                                 on_partial=lambda *partial: self._listener.partial(*partial),
                                                 on_early=self._early_transcript)
-            self._listener = Listener(microphone, opts, self, self._closing, self._ahead, vad, turn_model)
+            self._listener = Listener(microphone, opts, self, self._closing, self._ahead, vad, turn_model,
+                                      text_model)
         self._mode = opts.mode
         self._lock = threading.RLock()  # guards the state below; StateChanged is emitted under it, in order
         self._state: str | None = None  # the last state announced; the first, at start(), is always announced

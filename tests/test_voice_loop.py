@@ -48,12 +48,12 @@ def parts(user_mic, chat, short_tts, transcriber, tmp_path):
         yield dialogue, mic
 
 
-def run_loop(dialogue, mic, turn_model=None, **options):
+def run_loop(dialogue, mic, turn_model=None, text_model=None, **options):
     events = Events()
     # user_mic is a headset: Parley's voice never reaches it, so no echo canceller (tests/audio/test_echo.py
     # has the loop with open speakers)
     loop = VoiceLoop(dialogue, mic, options=VoiceOptions(**{"vad": VAD, "echo_cancellation": False, **options}),
-                     turn_model=turn_model)
+                     turn_model=turn_model, text_model=text_model)
     loop.subscribe(events)
     loop.start()
     return loop, events
@@ -528,6 +528,23 @@ def test_the_pause_is_transcribed_while_the_end_of_turn_model_weighs_it(parts, u
     assert QUESTION_WORD in finished.result.user_text.lower() and asked
     for (_, after), (_, end) in zip([(0.0, 0.0), *asked], asked):
         assert any(after < t < end for t in transcribed), (asked, transcribed)
+
+
+def test_a_finished_sentence_that_reads_as_a_whole_message_ends_its_turn_before_sentence_ms(parts, user_mic, speak):
+    """The question the voice's model hears going on (see the test below), with the words' reader: its early words
+    end a sentence and read as a whole message, so the turn ends as soon as they are in, not after sentence_ms (set
+    far beyond Whisper's time here, so that only the reader can end the turn sooner)."""
+    from engine.stt.turn import TurnModel
+    from engine.stt.turn_text import TextTurnModel
+
+    dialogue, mic = parts
+    vad = VadOptions(silence_ms=6000, sentence_ms=4000)
+    loop, events = run_loop(dialogue, mic, TurnModel(), TextTurnModel(threads=1), vad=vad)
+    with loop:
+        user_mic(speak(QUESTION))
+        finished = events.wait_for(TurnFinished)
+    assert QUESTION_WORD in finished.result.user_text.lower()
+    assert finished.result.metrics.end_of_turn_ms < vad.sentence_ms, finished.result.metrics
 
 
 def test_a_finished_sentence_the_voice_seems_to_go_on_from_ends_its_turn_before_the_longest_pause(parts, user_mic,

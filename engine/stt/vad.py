@@ -196,18 +196,20 @@ class Endpointer:
     user has finished, that ends the turn; with `words(key)` given, which judges the words of the turn that would end
     (key: its start and end samples, as ending_turn() gives them; None while they are not transcribed), only once
     words that do not trail off agree. Where the model says the user goes on, words that end a sentence end the turn
-    after sentence_ms. The words are asked for first at the check, before the model and again after it, then at each
-    block until judged: a caller that starts transcribing at the first ask (it may call ending_turn() then) has
-    Whisper at work while the model runs. Push-to-talk: `press()` and `release()` bound the turn;
-    silence never ends it, and the audio handed back is trimmed to the speech inside (plus pre-roll and
-    tail). Not thread-safe: one capture loop feeds it.
+    after sentence_ms, or at once where `complete(key)` says they read as a whole message (engine/stt/turn_text.py:
+    asked once a pause, only where that would end the turn sooner). The words are asked for first at the check, before
+    the model and again after it, then at each block until judged: a caller that starts transcribing at the first ask
+    (it may call ending_turn() then) has Whisper at work while the model runs. Push-to-talk: `press()` and
+    `release()` bound the turn; silence never ends it, and the audio handed back is trimmed to the speech inside (plus
+    pre-roll and tail). Not thread-safe: one capture loop feeds it.
     """
 
     def __init__(self, options: VadOptions | None = None, mode: Mode | str = Mode.HANDS_FREE,
                  vad: SileroVad | None = None, turn_model=None,
-                 words: Callable[[tuple[int, int]], Words | None] | None = None):
+                 words: Callable[[tuple[int, int]], Words | None] | None = None,
+                 complete: Callable[[tuple[int, int]], bool] | None = None):
         self.options = options or VadOptions()
-        self.turn_model, self.words = turn_model, words
+        self.turn_model, self.words, self.complete = turn_model, words, complete
         try:
             self.mode = Mode(mode)
         except ValueError:
@@ -246,6 +248,7 @@ class Endpointer:
         self._asked = False  # the end-of-turn model was asked about the pause under way
         self._model_done = False  # ... and said the user has finished
         self._verdict: Words | None = None  # the pause's words, once judged
+        self._read: bool | None = None  # ... and whether they read as a whole message, once asked
 
     @property
     def in_turn(self) -> bool:
@@ -359,7 +362,7 @@ class Endpointer:
             self._last_speech_end = start + BLOCK_SAMPLES
             self._speech_samples += BLOCK_SAMPLES
             self._silence_start = None
-            self._asked, self._verdict = False, None
+            self._asked, self._verdict, self._read = False, None, None
         elif silent and self._silence_start is None and self._first_speech is not None:
             self._silence_start = start
 
@@ -375,9 +378,14 @@ class Endpointer:
         if self.words is None:
             return self._model_done
         self._judge_words()
-        if self._verdict is Words.SENTENCE and (self._model_done or paused >= self._sentence):
+        if self._verdict is Words.SENTENCE and (self._model_done or paused >= self._sentence or self._reads_whole()):
             return True
         return self._model_done and self._verdict is Words.OPEN
+
+    def _reads_whole(self) -> bool:
+        if self._read is None:
+            self._read = self.complete is not None and self.complete((self._begin_sample(), self.ending_sample))
+        return self._read
 
     def _judge_words(self) -> None:
         if self.words is not None and self._verdict is None and self.ending_sample is not None:

@@ -128,12 +128,13 @@ def test_the_words_say_whether_a_sentence_ended(text, language, words):
 
 
 class Asking:
-    """The end-of-turn model and a judge of the words that keep the order they are asked in (`asked`: "model" or the
-    key of the words); a pause's words are judged `judged` from the tenth time they are asked for (~300 ms to
-    transcribe them), or the `judged_at`th."""
+    """The end-of-turn model and a judge of the words that keep the order they are asked in (`asked`: "model", the
+    key of the words, or ("read", key)); a pause's words are judged `judged` from the tenth time they are asked for
+    (~300 ms to transcribe them), or the `judged_at`th; where `reads` is not None, they read as a whole message or
+    not (the Endpointer's `complete`)."""
 
-    def __init__(self, model, judged, judged_at=10):
-        self.model, self.judged, self.judged_at, self.asked = model, judged, judged_at, []
+    def __init__(self, model, judged, judged_at=10, reads=None):
+        self.model, self.judged, self.judged_at, self.reads, self.asked = model, judged, judged_at, reads, []
 
     def probability(self, audio_16k):
         self.asked.append("model")
@@ -143,15 +144,23 @@ class Asking:
         self.asked.append(key)
         return None if self.keys.count(key) < self.judged_at else self.judged
 
+    def complete(self, key):
+        self.asked.append(("read", key))
+        return self.reads
+
     @property
     def keys(self):
-        return [a for a in self.asked if a != "model"]
+        return [a for a in self.asked if a != "model" and a[0] != "read"]
+
+    @property
+    def read(self):
+        return [a[1] for a in self.asked if a[0] == "read"]
 
 
 def ended(audio, speech_end: int, asking: Asking):
     """(reason, ms after the end of speech) of the one turn of `audio`, with the model and words of `asking`."""
     endpointer = Endpointer(VadOptions(silence_ms=2000, turn_check_ms=200, sentence_ms=600), turn_model=asking,
-                            words=asking.words)
+                            words=asking.words, complete=None if asking.reads is None else asking.complete)
     return ends(endpointer, audio, speech_end)
 
 
@@ -189,3 +198,39 @@ def test_words_made_while_the_model_ran_end_the_turn_at_the_check(model, voiced)
     assert at_check == "complete"
     later = ended(audio, len(silence(0.5)) + len(speech), Asking(model, Words.SENTENCE, judged_at=2))
     assert later == ended(audio, len(silence(0.5)) + len(speech), Asking(model, Words.SENTENCE, judged_at=1))
+
+
+@pytest.mark.parametrize("text, judged, reads, reason, low, high", [
+    (THINKING, Words.SENTENCE, True, "complete", 200, 300),
+    (THINKING, Words.SENTENCE, False, "complete", 600, 900),
+    (THINKING, Words.OPEN, True, "silence", 2000, 2300),
+    (FINISHED, Words.SENTENCE, False, "complete", 200, 300),
+])
+def test_words_that_read_as_a_whole_message_end_the_turn_without_waiting_for_sentence_ms(model, voiced, text, judged,
+                                                                                          reads, reason, low, high):
+    """The model hears "well, so, um" going on. Where its words end a sentence and read as a whole message, the turn
+    ends at the check; where they do not read so, at sentence_ms, as without the reader. Words that end no sentence are
+    not read, nor are words the model already calls finished (the question ends at the check whatever they read). A
+    pause's words are read once."""
+    speech = voiced(text)
+    audio = np.concatenate([silence(0.5), speech, silence(3.0)])
+    speech_end = len(silence(0.5)) + len(speech)
+    asking = AtTheEnd(model, judged, judged_at=1, reads=reads, speech_end=speech_end)
+    got, waited_ms = ended(audio, speech_end, asking)
+    assert got == reason and low <= waited_ms <= high, (got, waited_ms)
+    last_pause = [key for key in dict.fromkeys(asking.keys) if key[1] >= speech_end]
+    read_once = text == THINKING and judged is Words.SENTENCE
+    assert asking.read == (last_pause if read_once else []), asking.asked
+
+
+class AtTheEnd(Asking):
+    """Asking, where the words of a pause inside the speech (the commas of "well, so, um") trail off, as Whisper
+    writes them ("Well, so..."): only the last pause's are judged `judged`."""
+
+    def __init__(self, model, judged, speech_end, **kwargs):
+        super().__init__(model, judged, **kwargs)
+        self.speech_end = speech_end
+
+    def words(self, key):
+        judged = super().words(key)
+        return Words.TRAILING if judged is not None and key[1] < self.speech_end else judged
