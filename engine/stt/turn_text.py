@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import ModelFilesError, ParleyError
-from engine.llm.chat import bundled_model_path
+from engine.errors import ModelFilesError
+from engine.llm.chat import bundled_model_path, import_llama_cpp
 
 __all__ = ["TextTurnModel"]
 
@@ -43,11 +43,7 @@ class TextTurnModel:
     """
 
     def __init__(self, path: Path | str | None = None, threads: int = 2, threshold: float = 0.1):
-        try:
-            import llama_cpp
-        except ImportError as e:
-            raise ParleyError('llama-cpp-python is not installed; CMAKE_ARGS="-DGGML_NATIVE=OFF" '
-                              "pip install llama-cpp-python==0.3.36") from e
+        llama_cpp = import_llama_cpp()
         self.threshold = threshold
         self.path = Path(path) if path is not None else bundled_model_path()
         if not self.path.is_file():

