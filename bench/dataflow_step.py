@@ -12,8 +12,8 @@ weight bytes over the device-to-device copy bandwidth measured in the same run. 
 cosine between a design's outputs and the barrier step's over the timed steps (1 = equal). With --trace N, N more
 steps of each design run with the kernel's trace on (csrc/megakernel/common.cuh), and a second table splits a step's
 time by stage into block 0's own share of the stage and its wait for the rest of the grid (the barrier, or the
-counter). --ring-pages adds the dataflow step with its weight ring capped at that many pages in flight a block, as
-designs of their own in the same run: how much of each stage's time the weights streamed ahead cost.
+counter). --ring-pages adds the dataflow step with its weight ring of that many pages a block (the shared memory
+left out goes to L1), as designs of their own in the same run: how much of each stage's time the ring costs.
 
     python bench/dataflow_step.py --size 0.6b [--trace 50] [--ring-pages 2,4]
 """

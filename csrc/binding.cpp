@@ -134,13 +134,17 @@ void dataflow_step(const mk::StackParams& stack, torch::Tensor cache_k, torch::T
   f.pages = mk::dataflow_ring_pages(p, static_cast<size_t>(smem));
   MK_CHECK(f.pages >= 2, "a KV cache of ", p.capacity, " positions leaves the dataflow step's weight ring ", f.pages,
            " pages of shared memory; it needs 2");
-  // ring_pages (0: all that fit) caps the pages a block keeps in flight: bench/dataflow_step.py --ring-pages
+  // ring_pages (0: all that fit) sizes the ring: bench/dataflow_step.py --ring-pages. The pages left out are not
+  // asked of the SM, whose shared memory and L1 are one array: a smaller ring leaves a larger L1.
   MK_CHECK(ring_pages == 0 || ring_pages >= 2, "ring_pages must be 0 (all that fit) or >= 2, got ", ring_pages);
-  if (ring_pages > 0) f.pages = std::min(f.pages, static_cast<int>(ring_pages));
+  size_t launch_smem = static_cast<size_t>(smem);
+  if (ring_pages > 0 && ring_pages < f.pages) {
+    launch_smem -= static_cast<size_t>(f.pages - ring_pages) * mk::kPageBytes;
+    f.pages = static_cast<int>(ring_pages);
+  }
   const c10::cuda::CUDAGuard guard(x_in.device());
   MK_CHECK_CUDA(mk::launch_dataflow_step(p, f, static_cast<int>(pos), ptr<const float>(x_in), ptr<float>(out),
-                                         static_cast<int>(blocks), static_cast<size_t>(smem),
-                                         at::cuda::getCurrentCUDAStream()));
+                                         static_cast<int>(blocks), launch_smem, at::cuda::getCurrentCUDAStream()));
 }
 
 // The frame loop's fixed parts: both stacks, the heads and embedding tables (int64 device pointer

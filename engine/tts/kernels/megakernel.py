@@ -44,8 +44,9 @@ class KernelStep:
 
     def __init__(self, stack: DecoderStack, tokens: int = 1, design: str = "barrier", ring_pages: int | None = None):
         """tokens: how many tokens the stack's scratch holds (2 for the code predictor, whose frame-kernel pass
-        takes both prefill tokens at once). design: one of DESIGNS. ring_pages: the dataflow step's weight pages a
-        block keeps in flight, at least 2 (None: as many as its shared memory holds)."""
+        takes both prefill tokens at once). design: one of DESIGNS. ring_pages: the dataflow step's weight ring in
+        pages, at least 2, the rest of the SM's shared memory left to its L1 (None: as many as its shared memory
+        holds)."""
         if design not in self.DESIGNS:
             raise ValueError(f"unknown kernel step design {design!r}; one of: {', '.join(self.DESIGNS)}")
         if ring_pages is not None and (design != "dataflow" or ring_pages < 2):
