@@ -16,10 +16,12 @@ HELD_S = 1.0  # longer than X's auto-repeat delay (660 ms), so the held key repe
 
 @pytest.fixture(scope="module")
 def x_display():
-    """A private Xvfb; its display name (":N")."""
+    """A private Xvfb; its display name (":N"). -noreset: by default an X server starts afresh when its last client
+    leaves, and a client connecting meanwhile has its connection reset (a test that lets go of its grab, then grabs
+    again from a new connection, met that)."""
     if shutil.which("Xvfb") is None:
         pytest.fail("Xvfb is not installed; apt-get install -y --no-install-recommends xvfb")
-    server = subprocess.Popen(["Xvfb", "-displayfd", "1", "-nolisten", "tcp", "-screen", "0", "640x480x24"],
+    server = subprocess.Popen(["Xvfb", "-displayfd", "1", "-nolisten", "tcp", "-noreset", "-screen", "0", "640x480x24"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     name = ":" + server.stdout.readline().strip()
     yield name
