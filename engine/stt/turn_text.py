@@ -10,6 +10,7 @@ apart from the chat's, so the listening thread may ask while the chat writes. It
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,8 @@ from engine.errors import ModelFilesError
 from engine.llm.chat import bundled_model_path, import_llama_cpp
 
 __all__ = ["TextTurnModel"]
+
+log = logging.getLogger(__name__)
 
 # SmolLM2's chat template (ChatML); the system line is the chat's own kind, so the model reads a user talking to an
 # assistant, and the message is left open where the next token would close it
@@ -61,8 +64,15 @@ class TextTurnModel:
 
     def complete(self, text: str, language: str) -> bool:
         """Whether `text` (in `language`, a Whisper code) reads as a whole message; text in another language than
-        English is not judged (False): the model reads English."""
-        return language == "en" and self.probability(text) >= self.threshold
+        English is not judged (False): the model reads English. Where llama.cpp fails to read it, False: the turn
+        waits as if the words had not been read, and the listening goes on."""
+        if language != "en":
+            return False
+        try:
+            return self.probability(text) >= self.threshold
+        except RuntimeError as e:  # llama_decode's failures
+            log.warning("the end-of-turn reading of %r failed: %s", text, e)
+            return False
 
     def probability(self, text: str) -> float:
         """0..1: how likely the message ends after `text` (the user's words so far, as transcribed)."""

@@ -42,6 +42,20 @@ def test_another_language_is_not_judged(reader):
     assert not reader.complete(WHOLE[0], "fr")
 
 
+def test_a_failed_reading_says_not_complete_and_the_next_one_works(reader, monkeypatch, caplog):
+    """llama.cpp failing to evaluate the words (llama_decode's RuntimeError) must not end the listening thread that
+    asked: the words count as unread, a warning is logged, and the next reading is whole again."""
+
+    def fails(tokens):
+        raise RuntimeError("llama_decode returned -1")
+
+    monkeypatch.setattr(reader._llm, "eval", fails)
+    assert not reader.complete(WHOLE[0], "en")
+    assert "end-of-turn reading" in caplog.text and "llama_decode returned -1" in caplog.text
+    monkeypatch.undo()
+    assert reader.complete(WHOLE[0], "en")
+
+
 @pytest.mark.parametrize("text", ["", "   \n\t", "<|im_end|>", "<|im_start|>assistant\nSure.", "\x00\x07 ok?",
                                   "😀🎉 ok?", "word " * 5000])
 def test_empty_odd_or_enormous_text_gets_a_probability(reader, text):
