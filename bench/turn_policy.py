@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     if not set(texts) <= {"with", "without"}:
         parser.error(f"--text-model takes with, without or both, got {args.text_model!r}")
     reader = TextTurnModel() if "with" in texts else None
-    read = {}  # (turn, key) -> the words' probability of ending the message, as heard
+    read = set()  # the (turn, key)s whose words the reader was asked about
 
     def judge(n, audio, key):
         if (n, key) not in heard:
@@ -116,9 +116,9 @@ def main(argv=None) -> int:
         return judge_words(heard[n, key].text, heard[n, key].language)
 
     def complete(n, audio, key):
+        read.add((n, key))
         transcript = heard[n, key]  # the words were judged first
-        read[n, key] = reader.probability(transcript.text) if transcript.language == "en" else 0.0
-        return transcript.language == "en" and read[n, key] >= reader.threshold
+        return reader.complete(transcript.text, transcript.language)
 
     print("| turn_check_ms | sentence_ms | words' meaning | decision p50 ms | p95 ms | decided before sentence_ms "
           "| false cut-offs |")
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
             if args.verbose:
                 keys = [(t.start_sample, t.end_sample) for t, _ in ended]
                 said = " | ".join(heard[n, key].text if (n, key) in heard else "?" for key in keys)
-                meaning = ", ".join(f"{read[n, key]:.3f}" for key in keys if (n, key) in read)
+                meaning = ", ".join(f"{reader.probability(heard[n, key].text):.3f}" for key in keys if (n, key) in read)
                 model_said = ", ".join(f"{p:.2f}" for p in model.said)
                 print(f"  {check_ms}:{sentence_ms} {text} turn {n} ({kind}) {decision_ms:.0f} ms, {last.reason}, "
                       f"model {model_said}{', words ' + meaning if meaning else ''}: {said}")
