@@ -138,7 +138,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model, text_model, early_reply: bool,
-               partials: bool, tail_ms: int) -> dict:
+               partials: bool, tail_ms: int, trace=None) -> dict:
     from engine.events import TurnFinished
     from engine.listening import VoiceOptions
     from engine.voice_loop import VoiceLoop
@@ -152,6 +152,7 @@ def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model,
         loop.start()
         for i, (kind, parts) in enumerate(turns):
             watch.reset()
+            began = time.perf_counter()
             audio.play(utterance(parts, voices)).wait()
             if not watch.settle(args.settle_s, args.timeout_s):
                 print(f"{name}: turn {i} ({kind}) did not settle within {args.timeout_s:.0f} s: heard {watch.heard}",
@@ -170,6 +171,9 @@ def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model,
                             f"{', begun early' if m.early_reply else ''})")
             # each turn's figure as it comes: a run cut off by its time limit still tells what it measured
             print(f"{name}: turn {i} ({kind}){measured}: heard {watch.heard}", file=sys.stderr)
+            if trace is not None:
+                sound = last.result.metrics.voice_to_voice_ms if isinstance(last, TurnFinished) else None
+                print(trace.timeline(began, sound), file=sys.stderr)
     return {"latency": latency, "cut": cut, "early": early}
 
 
@@ -193,6 +197,8 @@ def main(argv=None) -> int:
     parser.add_argument("--whisper", help="a CTranslate2 Whisper folder (default: the bundled base)")
     parser.add_argument("--turn-model", help="the Smart Turn ONNX file (default: pipecat-ai's)")
     parser.add_argument("--json", help="also write each configuration's latencies and cut-offs to this JSON file")
+    parser.add_argument("--trace", action="store_true",
+                        help="print each turn's timeline: Whisper, the end-of-turn models, the LLM's tokens, clauses")
     args = parser.parse_args(argv)
     args.configs = args.configs.split(",")
     args.tail_ms = [int(t) for t in args.tail_ms.split(",")]
@@ -227,6 +233,12 @@ def measure(args, audio, work: Path, voices: Path) -> int:
     from engine.tts import load_tts
 
     turns = script()[: args.turns]
+    trace = None
+    if args.trace:
+        from turn_trace import Trace
+
+        trace = Trace()
+        trace.install()
     tts = load_tts(random_checkpoint(work, args.size, args.max_frames), device=args.device)
     chat = ChatModel(bundled_model_path(), ChatOptions(n_ctx=2048, max_tokens=16, temperature=0.0, n_threads=1,
                                                        n_gpu_layers=None if args.device == "cuda" else 0))
@@ -247,7 +259,7 @@ def measure(args, audio, work: Path, voices: Path) -> int:
                 if len(args.tail_ms) > 1 or tail_ms != VadOptions.tail_ms:
                     name += f", tail {tail_ms} ms"
                 results[name] = run_config(name, dialogue, mic, audio, turns, voices, args, turn_model, text_model,
-                                           early_reply, partials, tail_ms)
+                                           early_reply, partials, tail_ms, trace)
 
     paused = sum(kind in ("paused", "filler") for kind, _ in turns)
     tts_path = "megakernel" if tts.model.frame_kernel is not None else "PyTorch"
