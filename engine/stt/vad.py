@@ -196,12 +196,13 @@ class Endpointer:
     user has finished, that ends the turn; with `words(key)` given, which judges the words of the turn that would end
     (key: its start and end samples, as ending_turn() gives them; None while they are not transcribed), only once
     words that do not trail off agree. Where the model says the user goes on, words that end a sentence end the turn
-    after sentence_ms, or at once where `complete(key)` says they read as a whole message (engine/stt/turn_text.py:
-    asked once a pause, only where that would end the turn sooner). The words are asked for first at the check, before
-    the model and again after it, then at each block until judged: a caller that starts transcribing at the first ask
-    (it may call ending_turn() then) has Whisper at work while the model runs. Push-to-talk: `press()` and
-    `release()` bound the turn; silence never ends it, and the audio handed back is trimmed to the speech inside (plus
-    pre-roll and tail). Not thread-safe: one capture loop feeds it.
+    after sentence_ms, or at once where `complete(key)` says they read as a whole message (engine/stt/turn_text.py;
+    asked once a pause). Such words end the turn whatever the model says: where they are judged by the check, they are
+    read first, and the model is asked only if they do not read as a whole message. The words are asked for first at
+    the check, before the model and again after it, then at each block until judged: a caller that starts transcribing
+    at the first ask (it may call ending_turn() then) has Whisper at work while the model runs. Push-to-talk: `press()`
+    and `release()` bound the turn; silence never ends it, and the audio handed back is trimmed to the speech inside
+    (plus pre-roll and tail). Not thread-safe: one capture loop feeds it.
     """
 
     def __init__(self, options: VadOptions | None = None, mode: Mode | str = Mode.HANDS_FREE,
@@ -372,8 +373,12 @@ class Endpointer:
         if self.turn_model is None:
             return False
         if not self._asked:
-            self._asked = True
             self._judge_words()
+            # words that end a sentence and read as a whole message end the turn whatever the voice says, and a
+            # reading takes a fraction of the model's time: where they are judged already, they are read first
+            if self._verdict is Words.SENTENCE and self._reads_whole():
+                return True
+            self._asked = True
             self._model_done = self.turn_model.probability(np.concatenate(self._blocks)) >= self.options.turn_threshold
         if self.words is None:
             return self._model_done

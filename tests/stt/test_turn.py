@@ -205,13 +205,15 @@ def test_words_made_while_the_model_ran_end_the_turn_at_the_check(model, voiced)
     (THINKING, Words.SENTENCE, False, "complete", 600, 900),
     (THINKING, Words.OPEN, True, "silence", 2000, 2300),
     (FINISHED, Words.SENTENCE, False, "complete", 200, 300),
+    (FINISHED, Words.SENTENCE, True, "complete", 200, 300),
 ])
 def test_words_that_read_as_a_whole_message_end_the_turn_without_waiting_for_sentence_ms(model, voiced, text, judged,
                                                                                           reads, reason, low, high):
     """The model hears "well, so, um" going on. Where its words end a sentence and read as a whole message, the turn
-    ends at the check; where they do not read so, at sentence_ms, as without the reader. Words that end no sentence are
-    not read, nor are words the model already calls finished (the question ends at the check whatever they read). A
-    pause's words are read once."""
+    ends at the check; where they do not read so, at sentence_ms, as without the reader. The question it calls
+    finished ends at the check whatever its words read. Words that end a sentence are read once a pause, and before the
+    model is asked, which it then is only where they do not read as a whole message; words that end no sentence are
+    not read."""
     speech = voiced(text)
     audio = np.concatenate([silence(0.5), speech, silence(3.0)])
     speech_end = len(silence(0.5)) + len(speech)
@@ -219,8 +221,9 @@ def test_words_that_read_as_a_whole_message_end_the_turn_without_waiting_for_sen
     got, waited_ms = ended(audio, speech_end, asking)
     assert got == reason and low <= waited_ms <= high, (got, waited_ms)
     last_pause = [key for key in dict.fromkeys(asking.keys) if key[1] >= speech_end]
-    read_once = text == THINKING and judged is Words.SENTENCE
-    assert asking.read == (last_pause if read_once else []), asking.asked
+    assert asking.read == (last_pause if judged is Words.SENTENCE else []), asking.asked
+    at_last_pause = asking.asked[asking.asked.index(last_pause[0]):]
+    assert ("model" in at_last_pause) == (judged is not Words.SENTENCE or not reads), asking.asked
 
 
 class AtTheEnd(Asking):
