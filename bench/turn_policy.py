@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     texts = args.text_model.split(",")
     if not set(texts) <= {"with", "without"}:
         parser.error(f"--text-model takes with, without or both, got {args.text_model!r}")
-    reader = TextTurnModel() if "with" in texts else None
+    reader = TextTurnModel(gpu_layers=-1 if args.device == "cuda" else 0) if "with" in texts else None
     read = set()  # the (turn, key)s whose words the reader was asked about
 
     def judge(n, audio, key):

@@ -243,7 +243,8 @@ def measure(args, audio, work: Path, voices: Path) -> int:
     chat = ChatModel(bundled_model_path(), ChatOptions(n_ctx=2048, max_tokens=16, temperature=0.0, n_threads=1,
                                                        n_gpu_layers=None if args.device == "cuda" else 0))
     transcriber = load_transcriber(args)
-    model, reader = TurnModel(args.turn_model), TextTurnModel(threads=default_threads())
+    # the reader where the app puts it: on the GPU where the chat runs there
+    model, reader = TurnModel(args.turn_model), TextTurnModel(threads=default_threads(), gpu_layers=chat.n_gpu_layers)
     results = {}
     with Player() as player, Microphone() as mic, HistoryStore(work / "history.sqlite3") as history:
         dialogue = Dialogue(chat, tts, player, history, transcriber)

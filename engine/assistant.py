@@ -422,7 +422,7 @@ class Assistant:
             self._emit(Notice(str(error), error, "loading the end-of-turn model"))
             return
         try:
-            self.text_model = TextTurnModel(threads=default_threads())
+            self.text_model = TextTurnModel(threads=default_threads(), gpu_layers=self.chat.n_gpu_layers)
         except ParleyError as e:
             error = FeatureUnavailableError(f"end-of-turn detection hears the voice only ({e}); a finished sentence "
                                             "the voice leaves open ends the turn after a longer pause")

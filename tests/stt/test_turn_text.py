@@ -29,6 +29,17 @@ def test_whole_messages_read_as_complete_and_unfinished_ones_do_not(reader):
     assert not any(reader.complete(text, "en") for text in UNFINISHED)
 
 
+def test_on_the_gpu_the_words_read_as_they_do_on_the_cpu(reader):
+    """Where the chat runs on the GPU the reader does too (a few milliseconds a reading instead of tens): the same
+    messages read as whole and unfinished, the probabilities within float rounding's reach of the CPU's."""
+    if not chat_module.import_llama_cpp().llama_supports_gpu_offload():
+        pytest.skip("this llama-cpp-python has no GPU backend (the CPU build); the GPU machine's CUDA build runs it")
+    on_gpu = TextTurnModel(threads=1, gpu_layers=-1)
+    for text in WHOLE + UNFINISHED:
+        assert on_gpu.complete(text, "en") == reader.complete(text, "en"), text
+        assert on_gpu.probability(text) == pytest.approx(reader.probability(text), rel=0.25, abs=1e-3), text
+
+
 def test_a_reading_does_not_depend_on_the_one_before(reader):
     """The prefix stays evaluated between readings; the words of the last one must not."""
     first = reader.probability(WHOLE[0])
