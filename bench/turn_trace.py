@@ -30,6 +30,7 @@ class Trace:
         from engine.voice_loop import VoiceLoop
 
         self._timed(Transcriber, "transcribe", lambda r, a, k: f'stt {len(a[1]) / 16000:.1f} s "{r.text[:40]}"')
+        self._timed(Transcriber, "_detect_language", lambda r, a, k: f"language {max(r, key=r.get)}")
         self._timed(TurnModel, "probability", lambda r, a, k: f"voice {r:.2f}")
         self._timed(TextTurnModel, "probability", lambda r, a, k: f"words {r:.2f}")
         self._timed(TTSEngine, "stream", lambda r, a, k: f'clause "{a[1][:30]}"')

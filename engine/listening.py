@@ -314,8 +314,8 @@ class Listener:
                                  gate.threshold_dbfs)
                         self._gating = False
                         utterance = []
-                    else:
-                        self._heard(event, turn_end=block.t_captured)
+                    else:  # decided now, the models' time included, not when the deciding block came in
+                        self._heard(event, turn_end=time.perf_counter())
                         utterance = []
                 self._pause()
                 if opts.partials:

@@ -530,6 +530,27 @@ def test_the_pause_is_transcribed_while_the_end_of_turn_model_weighs_it(parts, u
         assert any(after < t < end for t in transcribed), (asked, transcribed)
 
 
+def test_the_end_of_turn_figure_counts_the_models_time(parts, user_mic, speak):
+    """A turn is decided once the end-of-turn model has answered, not when the block that asked it came in: an answer
+    that takes 1.5 s (by then the pause's words are in, so that answer decides) shows in the turn's end-of-turn figure
+    (the meter's "End of turn"), not in the LLM's."""
+    from engine.stt.turn import TurnModel
+
+    model, (dialogue, mic) = TurnModel(), parts
+
+    class Slow:
+        def probability(self, audio_16k):
+            time.sleep(1.5)
+            return model.probability(audio_16k)
+
+    vad = VadOptions(silence_ms=4000, turn_check_ms=200, turn_threshold=0.01)  # the check's answer ends the turn
+    loop, events = run_loop(dialogue, mic, Slow(), vad=vad)
+    with loop:
+        user_mic(speak(QUESTION))
+        finished = events.wait_for(TurnFinished)
+    assert finished.result.metrics.end_of_turn_ms >= vad.turn_check_ms + 1500, finished.result.metrics
+
+
 def test_a_finished_sentence_that_reads_as_a_whole_message_ends_its_turn_before_sentence_ms(parts, user_mic, speak):
     """The question the voice's model hears going on (see the test below), with the words' reader: its early words
     end a sentence and read as a whole message, so the turn ends as soon as they are in, not after sentence_ms (set
