@@ -3,7 +3,9 @@ checked for lost or duplicated turns, memory growth and thread or file-handle le
 
 Method: the parts of bench/voice_loop.py (its private PulseAudio with the 'vsink' speakers and the
 'usermic' microphone, espeak-ng's voice) drive the real loop: engine/voice_loop.py hands-free, Silero VAD,
-Whisper base, SmolLM2-135M-Instruct (greedy, 1 thread), a random tiny Qwen3-TTS checkpoint
+the end-of-turn models of the voice and of the words with the reply begun in the pause (the app's defaults;
+--fixed-window: a fixed pause ends each turn instead), Whisper base, SmolLM2-135M-Instruct (greedy, 1 thread), a
+random tiny Qwen3-TTS checkpoint
 (<= --max-frames frames a clause) speaking through the Player, a SQLite history file. Each turn is a
 line spoken into the microphone or, for a seeded --typed share, typed (submit_text). --barge-ins
 turns, drawn with --seed, are talked over: once their reply's first clause is playing (plus a
@@ -167,7 +169,11 @@ def main(argv=None) -> int:
     parser.add_argument("--max-frames", type=int, default=12, help="TTS frames per clause cap (random weights)")
     parser.add_argument("--max-tokens", type=int, default=48, help="longest LLM reply")
     parser.add_argument("--n-ctx", type=int, default=1024, help="LLM context; the history is trimmed to fit")
-    parser.add_argument("--silence-ms", type=int, default=700, help="the endpointer's end-of-turn pause")
+    parser.add_argument("--fixed-window", action="store_true",
+                        help="end each turn after --silence-ms of silence, without the end-of-turn models")
+    parser.add_argument("--silence-ms", type=int, default=700, help="the fixed window's pause")
+    parser.add_argument("--longest-pause-ms", type=int, default=2000,
+                        help="with the end-of-turn models: the pause that ends a turn whatever they say")
     parser.add_argument("--max-growth-mb", type=float, default=50.0, help="RSS growth allowed after the warm-up")
     parser.add_argument("--timeout-s", type=float, default=180.0, help="longest wait for one turn")
     parser.add_argument("--echo-cancellation", action="store_true",
@@ -215,6 +221,8 @@ def soak(args, pulse: Pulse, work: Path, out: Path, stop: threading.Event) -> di
     from engine.llm.clauses import ClauseOptions
     from engine.metrics import MetricsRecorder
     from engine.stt import SileroVad, Transcriber, TranscriberOptions, VadOptions
+    from engine.stt.turn import TurnModel, default_threads
+    from engine.stt.turn_text import TextTurnModel
     from engine.tts import load_tts
     from engine.voice_loop import VoiceLoop
 
@@ -226,6 +234,11 @@ def soak(args, pulse: Pulse, work: Path, out: Path, stop: threading.Event) -> di
                                                        n_threads=1, n_gpu_layers=0))
     transcriber = Transcriber(args.whisper, TranscriberOptions(device="cpu", cpu_threads=2))
     vad = SileroVad()
+    turn_model = text_model = None
+    if not args.fixed_window:
+        turn_model, text_model = TurnModel(), TextTurnModel(threads=default_threads())
+        turn_model.probability(np.zeros(16000, np.float32))
+        text_model.probability("Hello.")
     voices = {s.line: speech(s.line, work) for s in steps if s.spoken}
     # each part runs once before the baseline, so the threads and buffers they keep are in it
     transcriber.warm_up()
@@ -253,8 +266,9 @@ def soak(args, pulse: Pulse, work: Path, out: Path, stop: threading.Event) -> di
                             options=DialogueOptions(tts_seed=args.seed, clauses=clauses))
         # the user's microphone is a null sink of its own (a headset): no echo to cancel, but the
         # canceller still runs with --echo-cancellation (its memory and threads are soaked too)
-        options = VoiceOptions(vad=VadOptions(silence_ms=args.silence_ms), echo_cancellation=args.echo_cancellation)
-        with VoiceLoop(dialogue, mic, options, vad=vad) as loop:
+        silence_ms = args.silence_ms if args.fixed_window else args.longest_pause_ms
+        options = VoiceOptions(vad=VadOptions(silence_ms=silence_ms), echo_cancellation=args.echo_cancellation)
+        with VoiceLoop(dialogue, mic, options, vad=vad, turn_model=turn_model, text_model=text_model) as loop:
             loop.subscribe(events)
             loop.start()
             talked_over = None  # the barge-in speech of this turn, started during the previous one
