@@ -37,6 +37,7 @@ Needs the Debian packages pulseaudio, pulseaudio-utils, libasound2-plugins and e
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -124,7 +125,9 @@ def sample() -> dict:
 
 
 class Events:
-    """The loop's events in order (no Level or ReplyText), with waits that wake on each new one."""
+    """The loop's events in order (no Level or ReplyText), with waits that wake on each new one. A finished turn is
+    kept without its reply's audio (TurnResult.audio, about 100 KB a second of speech): a driver that held every
+    turn's would grow by it, and the memory check would measure the driver."""
 
     def __init__(self):
         self.seen: list = []
@@ -136,6 +139,8 @@ class Events:
 
         if isinstance(event, Level | ReplyText):
             return
+        if isinstance(event, TurnFinished):
+            event = TurnFinished(dataclasses.replace(event.result, audio=np.zeros(0, np.float32)))
         with self._changed:
             self.seen.append(event)
             if isinstance(event, TurnFinished | TurnFailed):
