@@ -112,9 +112,8 @@ class VadOptions:
     turn_threshold: the model's probability of a complete turn at or above which it ends (its own cut, 0.5).
     pre_roll_ms: audio kept before the first speech block (the model notices onsets a little late).
     tail_ms: audio kept after the last speech block (word endings fade below the threshold). A pause's words are
-        transcribed once it is in, so it sets when they are known: 100 ms has them ready by the check on a GPU, and
-        Whisper writes recordings of people at a pause as it does with 200 ms, but for spelling and single words
-        (bench/whisper_tail.py: the same judgement of 34 of 36 pauses' ends, one each way).
+        transcribed once it is in, so it also sets when they are known; 100 ms had them ready by the check on a GPU,
+        but cut the last syllable of "London" off a turn of the CLI's tests (docs/BENCHMARKS.md, "Turn-taking").
     max_turn_s: hands-free: a turn this long ends even without a pause (30 s is Whisper's window).
     """
 
@@ -126,7 +125,7 @@ class VadOptions:
     sentence_ms: int = 600
     turn_threshold: float = 0.5
     pre_roll_ms: int = 300
-    tail_ms: int = 100
+    tail_ms: int = 200
     max_turn_s: float = 30.0
 
     def __post_init__(self):
