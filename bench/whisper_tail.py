@@ -55,6 +55,7 @@ def main(argv=None) -> int:
     import soxr
 
     from engine.stt.turn import judge_words
+    from engine.stt.vad import SAMPLE_RATE_HZ
     from engine.stt.whisper import Transcriber, TranscriberOptions
 
     transcriber = Transcriber(args.whisper, TranscriberOptions(device="cpu"))
@@ -62,8 +63,8 @@ def main(argv=None) -> int:
     rows = []
     for path in args.recordings:
         audio, rate = soundfile.read(path, dtype="float32", always_2d=True)
-        audio = soxr.resample(audio.mean(axis=1), rate, 16000).astype(np.float32)
-        audio = np.concatenate([audio, np.zeros(16000, np.float32)])  # the last pause runs out too
+        audio = soxr.resample(audio.mean(axis=1), rate, SAMPLE_RATE_HZ).astype(np.float32)
+        audio = np.concatenate([audio, np.zeros(SAMPLE_RATE_HZ, np.float32)])  # the last pause runs out too
         found = {tail: pauses(audio, tail) for tail in tails}
         for end in sorted(set.intersection(*(set(f) for f in found.values()))):
             read = {}
@@ -73,7 +74,7 @@ def main(argv=None) -> int:
                 read[tail] = (t.text.strip(), judge_words(t.text, t.language).name)
             rows.append(read)
             cells = " | ".join(f"{tail} ms: {judged} {text[-48:]!r}" for tail, (text, judged) in read.items())
-            print(f"{Path(path).name} {end / 16000:6.2f} s | {cells}", file=sys.stderr)
+            print(f"{Path(path).name} {end / SAMPLE_RATE_HZ:6.2f} s | {cells}", file=sys.stderr)
 
     base = tails[0]
     print(f"\n{len(rows)} pauses in {len(args.recordings)} recordings; baseline tail {base} ms\n")
