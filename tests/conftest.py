@@ -407,6 +407,7 @@ def user_mic(sound_server):
         while humming:
             pactl("unload-module", humming.pop())
 
+    play.overhear = lambda: Overhearing(pulse_server.env)
     play.drop_playback = lambda: drop("sink", "vsink")
     play.drop_recording = lambda: drop("source", "usermic.monitor")
     play.hush = hush
@@ -416,6 +417,42 @@ def user_mic(sound_server):
         hush()
         pactl("unload-module", module)
         pactl("unload-module", cli)
+
+
+class Overhearing:
+    """Another program recording the user's microphone (parec, from construction until samples_lost()). Where Parley
+    mishears, it tells whose the loss was: audio the sound server lost is missing from this recording too."""
+
+    def __init__(self, env: dict):
+        self._process = subprocess.Popen(["parec", "--device=usermic.monitor", "--raw", "--format=float32le",
+                                          f"--rate={MIC_RATE_HZ}", "--channels=1", "--latency-msec=20"],
+                                         stdout=subprocess.PIPE, env=env)
+        self._chunks = []
+        self._recording = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        # the microphone's hum flows all the time: its first chunk says the recording has begun
+        assert self._recording.wait(10), "parec recorded nothing in 10 s"
+
+    def _read(self):
+        for chunk in iter(lambda: self._process.stdout.read1(1 << 16), b""):
+            self._chunks.append(chunk)
+            self._recording.set()
+
+    def samples_lost(self, played: np.ndarray, window: int = 4800) -> int:
+        """Stops recording. How many samples of `played` (played once since the start) the recording lacks between
+        its first and last loud `window` (negative: it has that much more, as where silence was let in)."""
+        self._process.terminate()
+        self._process.wait(timeout=10)
+        self._reader.join(timeout=10)
+        raw = b"".join(self._chunks)
+        recorded = np.frombuffer(raw[: len(raw) // 4 * 4], np.float32)
+        loud = np.flatnonzero(np.abs(played) > 0.05)
+
+        def offset(start: int) -> int:
+            return int(np.argmax(np.correlate(recorded, played[start : start + window], "valid"))) - start
+
+        return offset(int(loud[0])) - offset(int(loud[-1]) - window)
 
 
 class Events:

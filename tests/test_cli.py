@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import urllib.request
+import warnings
 
 import numpy as np
 import pytest
@@ -239,15 +240,14 @@ def test_chat_by_voice_prints_what_it_heard_and_the_reply_and_quits_on_ctrl_c(us
     saved; Ctrl-C ends the command cleanly with exit code 0."""
     chat = start_chat("--model", short_checkpoint, "--speaker", "ryan", "--whisper", whisper_dir, "--silence-ms", 500)
     chat.wait_line("err", "Ctrl-C quits")
+    overheard = user_mic.overhear()
     user_mic(speak(QUESTION)).wait()
     heard = chat.wait_line("out", "you: ")
     reply = chat.wait_line("out", "parley: ")
     figures = chat.wait_line("err", "Voice to voice")
     chat.process.send_signal(signal.SIGINT)
     assert chat.process.wait(timeout=60) == 0
-    # a misheard question has been audio lost on the way (64 ms dropped 0.6 s in reads "What time did it end?"):
-    # what the command said on stderr tells whether its microphone noticed
-    assert QUESTION_WORD in heard.lower(), f"heard {heard!r}; stderr: {chat.lines['err']}"
+    assert_heard(heard, overheard.samples_lost(speak(QUESTION)), chat)
     assert reply.removeprefix("parley: ").strip()
     assert "STT" in figures and "TTFC" in figures and re.search(r"Voice to voice \d+ ms", figures)
     user, assistant = saved(tmp_path)
@@ -262,6 +262,7 @@ def test_chat_push_to_talk_takes_a_turn_between_two_enters(user_mic, speak, shor
     chat.wait_line("err", "Ctrl-D quits")
     chat.send("\n")
     chat.wait_line("err", "talking")
+    overheard = user_mic.overhear()
     # a second of silence after the words, so they are all captured before the key goes up
     user_mic(np.concatenate([speak(QUESTION), np.zeros(16_000, np.float32)])).wait()
     chat.send("\n")
@@ -269,7 +270,19 @@ def test_chat_push_to_talk_takes_a_turn_between_two_enters(user_mic, speak, shor
     chat.wait_line("out", "parley: ")
     chat.process.stdin.close()
     assert chat.process.wait(timeout=60) == 0
-    assert QUESTION_WORD in heard.lower()
+    assert_heard(heard, overheard.samples_lost(speak(QUESTION)), chat)
+
+
+def assert_heard(heard: str, lost: int, chat: Chat):
+    """The question was heard, unless the sound server lost part of it for every program recording it (`lost`
+    samples; Overhearing): Whisper reads "What time did it end and..." when one 32 ms block goes 0.6 s in, and CI
+    has heard that. A loss in the command alone fails, with what it said on stderr about its microphone."""
+    if lost and QUESTION_WORD not in heard.lower():
+        warnings.warn(f"the sound server lost {lost} samples of the spoken question for every recording program, "
+                      f"so the command heard {heard!r}: its transcript is not checked", stacklevel=2)
+        return
+    assert QUESTION_WORD in heard.lower(), (f"heard {heard!r}, though the sound server delivered the question whole "
+                                            f"(another recording lacks {lost} samples); stderr: {chat.lines['err']}")
 
 
 def test_chat_by_voice_names_a_missing_microphone(sound_server, short_checkpoint, whisper_dir, tmp_path):
