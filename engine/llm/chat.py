@@ -7,6 +7,7 @@ reply through a threading.Event. The bundled model is SmolLM2-135M-Instruct from
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -16,6 +17,8 @@ from pathlib import Path
 
 from engine.errors import InputTextError, ModelFilesError, ModelMissingError, ParleyError
 from engine.models import package_folder
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ChatModel", "ChatOptions", "Reply", "bundled_model_path"]
 
@@ -267,6 +270,24 @@ class ChatModel:
                 f"{self.model_path}: llama.cpp cannot load this model ({e}); the file may be truncated or "
                 f"of an architecture this llama-cpp-python does not know; {_HOW_TO_GET_A_MODEL}"
             ) from e
+        self._render = self._messages_renderer(llama_cpp)
+
+    def _messages_renderer(self, llama_cpp):
+        """The model's own chat template without the reply's opening, as the replies' prompts render it; None where
+        they use another format (no template in the file) or llama.cpp cannot move cached tokens (see _forget)."""
+        template = self._llm.metadata.get("tokenizer.chat_template")
+        memory = llama_cpp.llama_get_memory(self._llm.ctx)
+        if self._llm.chat_format != "chat_template.default" or not template or not llama_cpp.llama_memory_can_shift(
+                memory):
+            return None
+
+        def text(token: int) -> str:
+            return "" if token == -1 else self._llm.detokenize([token], special=True).decode("utf-8", "replace")
+
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        return Jinja2ChatFormatter(template, eos_token=text(self._llm.token_eos()),
+                                   bos_token=text(self._llm.token_bos()), add_generation_prompt=False)
 
     @property
     def cpu_threads(self) -> int:
@@ -303,8 +324,8 @@ class ChatModel:
 
         Oldest turns are dropped first, so prompt + max_tokens <= n_ctx. When the history no longer fits,
         enough is dropped for it to fill only half of the room left, and that start is kept for the
-        turns after: llama.cpp then reuses the cached prompt and reads only the new turn, where
-        dropping one turn each time would change the prompt's start and make it read everything again.
+        turns after: llama.cpp then reuses the cached prompt and reads only the new turn. The dropped turns
+        leave its cache at once (_forget), so the turn that drops them is read no slower than the others.
 
         Raises:
             InputTextError: the system prompt and this user turn alone leave no room for a reply.
@@ -327,15 +348,51 @@ class ChatModel:
         costs = [cost(m) for m in self._history[first:]]
         total = sum(costs)
         if used + total > budget:
+            sent = self._sent_from(first)
             room = (budget - used) // 2
             while costs and total > room:
                 total -= costs.pop(0)
                 first += 1
             self._first = first
-        kept = self._history[first:]
-        while kept and kept[0]["role"] == "assistant":  # a prompt's history starts with a user turn
-            kept = kept[1:]
-        return head + kept + [user]
+            self._forget(head, self._history[sent : self._sent_from(first)])
+        return head + self._history[self._sent_from(first) :] + [user]
+
+    def _sent_from(self, first: int) -> int:
+        """Where a prompt's history starts when it may start at `first`: at a user turn."""
+        while first < len(self._history) and self._history[first]["role"] == "assistant":
+            first += 1
+        return first
+
+    def _forget(self, head: list[dict], dropped: list[dict]) -> None:
+        """Takes the trimmed messages out of llama.cpp's cache and moves the tokens after them back into their place,
+        so the next prompt is found there and only its new turn is read: reading the kept history again made the
+        reply after each trim seconds late on a CPU. The moved tokens were computed after the trimmed ones, which
+        llama.cpp's own context shift accepts too. Where the cache does not start with exactly these messages
+        (another conversation's, or a template that does not render message by message) it is left as it is, and
+        the next reply reads its prompt whole."""
+        if self._render is None or not dropped or self._busy:
+            return
+        from jinja2 import TemplateError
+
+        try:
+            kept_from, dropped_to = self._tokens(head), self._tokens(head + dropped)
+        except (ValueError, TemplateError) as e:  # a template may refuse messages that do not end with a user's turn
+            log.debug("the cache keeps the trimmed turns: the chat template would not render them alone (%s)", e)
+            return
+        a, b, n = len(kept_from), len(dropped_to), self._llm.n_tokens
+        if dropped_to[:a] != kept_from or n < b or self._llm.input_ids[:b].tolist() != dropped_to:
+            return
+        llama_cpp = import_llama_cpp()
+        memory = llama_cpp.llama_get_memory(self._llm.ctx)
+        llama_cpp.llama_memory_seq_rm(memory, 0, a, b)
+        llama_cpp.llama_memory_seq_add(memory, 0, b, n, a - b)
+        self._llm.input_ids[a : n - (b - a)] = self._llm.input_ids[b:n]
+        self._llm.n_tokens = n - (b - a)
+
+    def _tokens(self, messages: list[dict]) -> list[int]:
+        """The tokens of `messages` as a reply's prompt begins with them (the template adds its own special tokens)."""
+        prompt = self._render(messages=messages).prompt
+        return self._llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
 
     def stream_reply(self, user_text: str, cancel: threading.Event | None = None) -> Reply:
         """Start a reply to `user_text`; nothing runs until the Reply is iterated.

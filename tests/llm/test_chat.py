@@ -78,6 +78,27 @@ def test_a_long_conversation_keeps_the_start_of_its_prompt_for_several_turns(cha
     assert chat.prompt_messages("And now?")[-3]["content"].startswith("Turn 23:")
 
 
+def test_after_a_trim_the_next_reply_reads_only_its_new_turn(chat, monkeypatch):
+    """The trimmed turns leave llama.cpp's cache and the kept ones move into their place: the reply after a trim
+    reads about as many prompt tokens as any other, not the kept history again."""
+    calls = []
+    evaluate = chat._llm.eval
+    monkeypatch.setattr(chat._llm, "eval", lambda tokens: (calls.append(len(tokens)), evaluate(tokens))[1])
+    read, kept, starts = [], [], []
+    for i in range(24):
+        messages = chat.prompt_messages(f"Turn {i}: tell me one more fact about the sea.")
+        kept.append(sum(chat.count_tokens(m["content"]) for m in messages[1:-1]))
+        calls.clear()
+        "".join(chat.stream_reply(messages[-1]["content"]))
+        read.append(calls[0])  # the prompt's unread tokens at once, then one call a generated token
+        starts.append(messages[1]["content"])
+    trims = [i for i in range(1, 24) if starts[i] != starts[i - 1]]
+    assert trims, "the conversation never outgrew the context: the test needs more turns"
+    usual = max(read[i] for i in range(1, 24) if i not in trims)
+    for i in trims:
+        assert read[i] <= usual + 8 < kept[i] // 2, f"turn {i}: read {read[i]} tokens, kept history {kept[i]}"
+
+
 def test_a_message_too_long_for_the_context_is_a_clear_error(chat):
     """A user turn that cannot fit with room for the reply raises InputTextError with the numbers."""
     with pytest.raises(InputTextError, match="context of 512 tokens"):
