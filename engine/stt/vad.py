@@ -113,7 +113,7 @@ class VadOptions:
     pre_roll_ms: audio kept before the first speech block (the model notices onsets a little late).
     tail_ms: audio kept after the last speech block (word endings fade below the threshold). A pause's words are
         transcribed once it is in, so it also sets when they are known; 100 ms had them ready by the check on a GPU,
-        but the CLI's tests once heard "London" at a turn's end as "And..." with it (docs/BENCHMARKS.md, "Turn-taking").
+        and changed the words of 5 of 36 pauses of people speaking (docs/BENCHMARKS.md, "Turn-taking").
     max_turn_s: hands-free: a turn this long ends even without a pause (30 s is Whisper's window).
     """
 
