@@ -1,9 +1,12 @@
-"""How long the LLM takes to start each reply of a long conversation, and the reply that first outgrows its context.
+"""How long the LLM takes to start each reply of a long conversation, the reply that first outgrows its context, and
+the first reply of that conversation reopened.
 
 Method: one ChatModel (the bundled SmolLM2-135M unless --model) talks with scripted questions, greedy, each reply
 stopped after --reply-tokens tokens (its text so far joins the history, as after a barge-in). Each turn's TTFT is
 printed; at a turn whose prompt drops old turns (a history trim), a second ChatModel given the same history reads
 the same prompt from an empty cache: the baseline, what the trim's turn cost while the kept history was read again.
+Then the second model reopens the whole conversation twice and answers one more question: from an empty cache (the
+baseline) and after ChatModel.read_ahead() has read the prompt's start, as the voice loop does while it idles.
 
     python bench/llm_history.py
 """
@@ -61,9 +64,18 @@ def main(argv=None) -> int:
             usual.append(reply(chat, text, args.reply_tokens).ttft_ms)
             print(f"turn {turn}: TTFT {usual[-1]:.0f} ms")
         sent_first = first
+    reopened = []
+    for read_ahead in (False, True):
+        fresh.clear_history()
+        reply(fresh, "Hello.", 1)  # another conversation in the cache, as before one is reopened
+        fresh.history = chat.history
+        while read_ahead and fresh.read_ahead():
+            pass
+        reopened.append(reply(fresh, "Where were we?", args.reply_tokens).ttft_ms)
     print(f"turns without a trim: TTFT p50 {statistics.median(usual):.0f} ms, max {max(usual):.0f} ms")
     for turn, ttft, baseline in trims:
         print(f"trim at turn {turn}: TTFT {ttft:.0f} ms, the same prompt read whole {baseline:.0f} ms")
+    print(f"the conversation reopened: TTFT {reopened[0]:.0f} ms from an empty cache, {reopened[1]:.0f} ms read ahead")
     return 0
 
 

@@ -147,6 +147,7 @@ class VoiceLoop:
         self._stop_turn = False  # a barge-in came for the turn now running (or about to)
         self._provisional: tuple[int, int] | None = None  # the turn the user's pause may end (Owner.provisional)
         self._early: _EarlyReply | None = None  # set by the worker, cancelled by provisional()
+        self._reading = dialogue.chat is not None  # the worker reads the next prompt ahead while idle (_read_ahead)
         # _Typed, _SpeakOnly, _Spoken or _Provisional; None ends the worker
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -389,18 +390,32 @@ class VoiceLoop:
             self.update(phase=None)
 
     def _next_job(self):
-        """The next job; while none is queued, the early reply's tokens are generated one by one."""
+        """The next job; while none is queued, the early reply's tokens are generated one by one, or else the next
+        reply's prompt is read into the LLM's cache a little at a time (ChatModel.read_ahead)."""
         while True:
             early = self._early
-            if early is not None and self._ahead_one(early.reply):
+            if (self._ahead_one(early.reply) if early is not None else self._read_ahead()):
                 try:
                     return self._jobs.get_nowait()
                 except queue.Empty:
                     continue
             try:
-                return self._jobs.get(timeout=self.options.device_retry_ms / 1000)
+                job = self._jobs.get(timeout=self.options.device_retry_ms / 1000)
             except queue.Empty:
                 self._check_speakers()
+                continue
+            self._reading = not isinstance(job, _Preview)  # a turn changes the history: its end is read next
+            return job
+
+    def _read_ahead(self) -> bool:
+        if not self._reading:
+            return False
+        try:
+            self._reading = self.dialogue.chat.read_ahead()
+        except Exception:  # the next reply reads what is left, and reports what fails
+            log.exception("reading the next prompt ahead failed")
+            self._reading = False
+        return self._reading
 
     @staticmethod
     def _ahead_one(reply: Reply) -> bool:

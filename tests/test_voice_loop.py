@@ -296,6 +296,36 @@ def test_speak_only_text_is_spoken_and_saved_without_the_llm_writing(parts):
     assert "nothing to speak" in failed.message
 
 
+def test_a_reopened_conversation_is_read_ahead_while_the_loop_idles(parts, monkeypatch):
+    """With nothing to do, the turn worker reads the next prompt (system prompt and history) into the LLM's cache, a
+    little at a time, so the first turn of a reopened conversation reads only what the user said."""
+    dialogue, mic = parts
+    chat = dialogue.chat
+    chat.history = [{"role": r, "content": f"Turn {i}: the sea is {i} metres deep here."} for i in range(8)
+                    for r in ("user", "assistant")]
+    chat._llm.reset()  # a cache that holds none of it, as after another conversation
+    done, read_ahead = threading.Event(), chat.read_ahead
+
+    def reading(*args, **kwargs):
+        more = read_ahead(*args, **kwargs)
+        if not more:
+            done.set()
+        return more
+
+    monkeypatch.setattr(chat, "read_ahead", reading)
+    calls = []
+    evaluate = chat._llm.eval
+    monkeypatch.setattr(chat._llm, "eval", lambda tokens: (calls.append(len(tokens)), evaluate(tokens))[1])
+    loop, events = run_loop(dialogue, mic)
+    with loop:
+        assert done.wait(60), "the idle worker did not read the prompt ahead"
+        read = sum(calls)
+        calls.clear()
+        loop.submit_text("How deep is it now?")
+        events.wait_for(TurnFinished)
+    assert read > 200 and calls[0] <= 16, (read, calls[:3])
+
+
 def test_a_voice_preview_plays_on_the_speakers_and_is_no_turn(parts):
     """preview() speaks a sample in the voice asked for, through the player, with the loop speaking meanwhile; no
     turn begins or ends, nothing is saved or told to the LLM; a voice the model lacks is a Notice."""

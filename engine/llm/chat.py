@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from engine.errors import InputTextError, ModelFilesError, ModelMissingError, ParleyError
 from engine.models import package_folder
 
@@ -393,6 +395,31 @@ class ChatModel:
         """The tokens of `messages` as a reply's prompt begins with them (the template adds its own special tokens)."""
         prompt = self._render(messages=messages).prompt
         return self._llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+
+    def read_ahead(self, most: int = 64) -> bool:
+        """Reads up to `most` more tokens of the next reply's prompt into llama.cpp's cache: the system prompt and the
+        history that reply will send, so that it reads only its new turn. The first reply of a reopened conversation
+        would otherwise read the whole history first, seconds on a CPU; after each reply, what is left is the end of
+        that reply as the template writes it. For idle moments, a little at a time: False once all is read, while a
+        reply streams, or where the chat template is not known (see _forget).
+        """
+        if self._render is None or self._busy:
+            return False
+        from jinja2 import TemplateError
+
+        try:
+            tokens = self._tokens(self.prompt_messages("")[:-1])
+        except (InputTextError, ValueError, TemplateError):  # the next reply will say what is wrong
+            return False
+        llm = self._llm
+        cached = llm.input_ids[: min(llm.n_tokens, len(tokens))]
+        differ = np.flatnonzero(cached != tokens[: len(cached)])
+        same = int(differ[0]) if differ.size else len(cached)
+        if same == len(tokens):
+            return False
+        llm.n_tokens = same  # eval() drops the cache's tokens from here on
+        llm.eval(tokens[same : same + most])
+        return same + most < len(tokens)
 
     def stream_reply(self, user_text: str, cancel: threading.Event | None = None) -> Reply:
         """Start a reply to `user_text`; nothing runs until the Reply is iterated.

@@ -99,6 +99,33 @@ def test_after_a_trim_the_next_reply_reads_only_its_new_turn(chat, monkeypatch):
         assert read[i] <= usual + 8 < kept[i] // 2, f"turn {i}: read {read[i]} tokens, kept history {kept[i]}"
 
 
+def test_a_reopened_conversation_read_ahead_is_answered_reading_only_the_new_turn(chat, monkeypatch):
+    """read_ahead() puts the prompt's start (system prompt and history) into llama.cpp's cache a little at a time
+    while nothing else runs, so the next reply reads only its new turn."""
+    history = [{"role": r, "content": f"Turn {i}: the sea is {i} metres deep here."} for i in range(8)
+               for r in ("user", "assistant")]
+    calls = []
+    evaluate = chat._llm.eval
+    monkeypatch.setattr(chat._llm, "eval", lambda tokens: (calls.append(len(tokens)), evaluate(tokens))[1])
+
+    def prompt_read(read_ahead: bool) -> int:
+        chat.history = history
+        chat._llm.reset()  # a cache that holds none of it, as after another conversation
+        calls.clear()
+        steps = 0
+        while read_ahead and chat.read_ahead(most=32):
+            steps += 1
+        assert not read_ahead or (steps >= 3 and max(calls) <= 32)
+        calls.clear()
+        "".join(chat.stream_reply("How deep is it now?"))
+        return calls[0]
+
+    whole, ahead = prompt_read(False), prompt_read(True)
+    assert ahead <= 16 < whole // 5, (ahead, whole)
+    # after a reply, what is left is that reply's end as the template writes it: one call or none
+    assert not chat.read_ahead(most=64) or not chat.read_ahead(most=64)
+
+
 def test_a_message_too_long_for_the_context_is_a_clear_error(chat):
     """A user turn that cannot fit with room for the reply raises InputTextError with the numbers."""
     with pytest.raises(InputTextError, match="context of 512 tokens"):
