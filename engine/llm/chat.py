@@ -309,8 +309,10 @@ class ChatModel:
         for m in messages:
             if m.get("role") not in ("user", "assistant") or not isinstance(m.get("content"), str):
                 raise InputTextError(f"history message {m!r} needs role 'user' or 'assistant' and a string content")
-        self._history = [{"role": m["role"], "content": m["content"]} for m in messages]
-        self._first = 0
+        history = [{"role": m["role"], "content": m["content"]} for m in messages]
+        if history[: len(self._history)] != self._history:  # another conversation; one carried on keeps its start
+            self._first = 0
+        self._history = history
 
     def clear_history(self):
         """Forget the conversation (the system prompt stays)."""

@@ -99,6 +99,19 @@ def test_after_a_trim_the_next_reply_reads_only_its_new_turn(chat, monkeypatch):
         assert read[i] <= usual + 8 < kept[i] // 2, f"turn {i}: read {read[i]} tokens, kept history {kept[i]}"
 
 
+def test_a_history_carried_on_by_assignment_keeps_where_its_prompts_start(chat):
+    """Parley's spoken-only turns join the history by assignment: a history that carries the current one on keeps
+    the trimmed start (the cache's), where another conversation starts from its beginning."""
+    for i in range(16):
+        "".join(chat.stream_reply(f"Turn {i}: tell me one more fact about the sea."))
+    start = chat.prompt_messages("And now?")[1]
+    assert start != chat.history[0], "the conversation never outgrew the context: the test needs more turns"
+    chat.history = chat.history + [{"role": "assistant", "content": "Said aloud."}]
+    assert chat.prompt_messages("And now?")[1] == start
+    chat.history = chat.history[2:]
+    assert chat.prompt_messages("And now?")[1] != start
+
+
 def test_a_reopened_conversation_read_ahead_is_answered_reading_only_the_new_turn(chat, monkeypatch):
     """read_ahead() puts the prompt's start (system prompt and history) into llama.cpp's cache a little at a time
     while nothing else runs, so the next reply reads only its new turn."""
