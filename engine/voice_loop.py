@@ -394,15 +394,12 @@ class VoiceLoop:
         reply's prompt is read into the LLM's cache a little at a time (ChatModel.read_ahead)."""
         while True:
             early = self._early
-            if (self._ahead_one(early.reply) if early is not None else self._read_ahead()):
-                try:
-                    return self._jobs.get_nowait()
-                except queue.Empty:
-                    continue
+            working = self._ahead_one(early.reply) if early is not None else self._read_ahead()
             try:
-                job = self._jobs.get(timeout=self.options.device_retry_ms / 1000)
+                job = self._jobs.get(block=not working, timeout=self.options.device_retry_ms / 1000)
             except queue.Empty:
-                self._check_speakers()
+                if not working:
+                    self._check_speakers()
                 continue
             self._reading = not isinstance(job, _Preview)  # a turn changes the history: its end is read next
             return job
