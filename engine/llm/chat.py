@@ -376,12 +376,8 @@ class ChatModel:
         the next reply reads its prompt whole."""
         if self._render is None or not dropped or self._busy:
             return
-        from jinja2 import TemplateError
-
-        try:
-            kept_from, dropped_to = self._tokens(head), self._tokens(head + dropped)
-        except (ValueError, TemplateError) as e:  # a template may refuse messages that do not end with a user's turn
-            log.debug("the cache keeps the trimmed turns: the chat template would not render them alone (%s)", e)
+        kept_from, dropped_to = self._tokens(head), self._tokens(head + dropped)
+        if kept_from is None or dropped_to is None:
             return
         a, b, n = len(kept_from), len(dropped_to), self._llm.n_tokens
         if dropped_to[:a] != kept_from or n < b or self._llm.input_ids[:b].tolist() != dropped_to:
@@ -393,9 +389,16 @@ class ChatModel:
         self._llm.input_ids[a : n - (b - a)] = self._llm.input_ids[b:n]
         self._llm.n_tokens = n - (b - a)
 
-    def _tokens(self, messages: list[dict]) -> list[int]:
-        """The tokens of `messages` as a reply's prompt begins with them (the template adds its own special tokens)."""
-        prompt = self._render(messages=messages).prompt
+    def _tokens(self, messages: list[dict]) -> list[int] | None:
+        """The tokens of `messages` as a reply's prompt begins with them (the template adds its own special tokens);
+        None where the template will not render them alone."""
+        from jinja2 import TemplateError
+
+        try:
+            prompt = self._render(messages=messages).prompt
+        except (ValueError, TemplateError) as e:  # a template may refuse messages that do not end with a user's turn
+            log.debug("the chat template would not render %d messages alone: %s", len(messages), e)
+            return None
         return self._llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
 
     def read_ahead(self, most: int = 64) -> bool:
@@ -407,11 +410,11 @@ class ChatModel:
         """
         if self._render is None or self._busy:
             return False
-        from jinja2 import TemplateError
-
         try:
             tokens = self._tokens(self.prompt_messages("")[:-1])
-        except (InputTextError, ValueError, TemplateError):  # the next reply will say what is wrong
+        except InputTextError:  # the next reply will say what is wrong
+            return False
+        if tokens is None:
             return False
         llm = self._llm
         cached = llm.input_ids[: min(llm.n_tokens, len(tokens))]
