@@ -419,6 +419,15 @@ def user_mic(sound_server):
         pactl("unload-module", cli)
 
 
+def evaluated(chat, monkeypatch) -> list[int]:
+    """The token counts `chat`'s llama.cpp evaluates from now on, one entry a call: a reply's prompt (what the cache
+    lacked of it) in one, then one a generated token."""
+    calls = []
+    evaluate = chat._llm.eval
+    monkeypatch.setattr(chat._llm, "eval", lambda tokens: (calls.append(len(tokens)), evaluate(tokens))[1])
+    return calls
+
+
 class Overhearing:
     """Another program recording the user's microphone (parec, from construction until samples_lost()). Where Parley
     mishears, it tells whose the loss was: audio the sound server lost is missing from this recording too."""

@@ -24,7 +24,7 @@ from engine.events import (
 )  # fmt: skip
 from engine.listening import SILENT_DBFS, Mode, VadOptions, VoiceOptions
 from engine.voice_loop import VoiceLoop
-from tests.conftest import QUESTION, QUESTION_WORD, SECOND_QUESTION, SECOND_WORD, Events
+from tests.conftest import QUESTION, QUESTION_WORD, SECOND_QUESTION, SECOND_WORD, Events, evaluated
 
 WAIT_S = 120  # generous: the null sinks run slow and the machine is shared
 CLAUSES = ClauseOptions(min_first_words=1, min_words=2)
@@ -313,9 +313,7 @@ def test_a_reopened_conversation_is_read_ahead_while_the_loop_idles(parts, monke
         return more
 
     monkeypatch.setattr(chat, "read_ahead", reading)
-    calls = []
-    evaluate = chat._llm.eval
-    monkeypatch.setattr(chat._llm, "eval", lambda tokens: (calls.append(len(tokens)), evaluate(tokens))[1])
+    calls = evaluated(chat, monkeypatch)
     loop, events = run_loop(dialogue, mic)
     with loop:
         assert done.wait(60), "the idle worker did not read the prompt ahead"

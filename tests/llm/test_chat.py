@@ -9,6 +9,7 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the 
 
 from engine.errors import InputTextError, ModelFilesError, ModelMissingError
 from engine.llm.chat import ChatModel, ChatOptions, bundled_model_path
+from tests.conftest import evaluated
 
 # 1 thread: 2 threads collapse on a busy 2-core machine; greedy for repeatability
 OPTIONS = ChatOptions(n_ctx=512, max_tokens=24, n_threads=1, temperature=0.0)
@@ -81,16 +82,14 @@ def test_a_long_conversation_keeps_the_start_of_its_prompt_for_several_turns(cha
 def test_after_a_trim_the_next_reply_reads_only_its_new_turn(chat, monkeypatch):
     """The trimmed turns leave llama.cpp's cache and the kept ones move into their place: the reply after a trim
     reads about as many prompt tokens as any other, not the kept history again."""
-    calls = []
-    evaluate = chat._llm.eval
-    monkeypatch.setattr(chat._llm, "eval", lambda tokens: (calls.append(len(tokens)), evaluate(tokens))[1])
+    calls = evaluated(chat, monkeypatch)
     read, kept, starts = [], [], []
     for i in range(24):
         messages = chat.prompt_messages(f"Turn {i}: tell me one more fact about the sea.")
         kept.append(sum(chat.count_tokens(m["content"]) for m in messages[1:-1]))
         calls.clear()
         "".join(chat.stream_reply(messages[-1]["content"]))
-        read.append(calls[0])  # the prompt's unread tokens at once, then one call a generated token
+        read.append(calls[0])
         starts.append(messages[1]["content"])
     trims = [i for i in range(1, 24) if starts[i] != starts[i - 1]]
     assert trims, "the conversation never outgrew the context: the test needs more turns"
@@ -117,9 +116,7 @@ def test_a_reopened_conversation_read_ahead_is_answered_reading_only_the_new_tur
     while nothing else runs, so the next reply reads only its new turn."""
     history = [{"role": r, "content": f"Turn {i}: the sea is {i} metres deep here."} for i in range(8)
                for r in ("user", "assistant")]
-    calls = []
-    evaluate = chat._llm.eval
-    monkeypatch.setattr(chat._llm, "eval", lambda tokens: (calls.append(len(tokens)), evaluate(tokens))[1])
+    calls = evaluated(chat, monkeypatch)
 
     def prompt_read(read_ahead: bool) -> int:
         chat.history = history
