@@ -71,7 +71,8 @@ mk::StackParams make_stack(torch::Tensor layers, std::vector<int64_t> dims, doub
   MK_CHECK(D <= mk::kMaxHeadDim, "head_dim ", D, " exceeds the kernel's ", mk::kMaxHeadDim);
   MK_CHECK(H % 8 == 0 && I % 8 == 0 && D % 8 == 0 && NH % NKV == 0, "sizes must be multiples of 8, heads of kv_heads");
   expect(final_norm, "final_norm", torch::kBFloat16, H);
-  MK_CHECK(tokens == 1 || tokens == 2, "tokens must be 1 or 2, got ", tokens);
+  MK_CHECK(tokens >= 1 && tokens <= 2 * mk::kMaxStreams, "tokens must be 1 to ", 2 * mk::kMaxStreams, ", got ",
+           tokens);
   expect(x, "x", torch::kFloat32, tokens * H);
   expect(qkv, "qkv", torch::kFloat32, tokens * (NH + 2 * NKV) * D);
   expect(attn, "attn", torch::kFloat32, tokens * NH * D);
@@ -148,16 +149,20 @@ void dataflow_step(const mk::StackParams& stack, torch::Tensor cache_k, torch::T
 }
 
 // The frame loop's fixed parts: both stacks, the heads and embedding tables (int64 device pointer
-// tables; predictor_vocab rows per head), small_to_mtp_projection (undefined tensors where the widths are equal), fp32 scratch.
+// tables; predictor_vocab rows per head), small_to_mtp_projection (undefined tensors where the widths are equal), fp32
+// scratch, all for `streams` streams a launch (1: run_frames; more: run_batch): the talker's stack with scratch for
+// that many tokens, the predictor's for twice as many (its two prefill tokens a stream), the rest for as many.
 mk::FrameParams make_frames(const mk::StackParams& talker, const mk::StackParams& predictor, torch::Tensor codec_head,
                             torch::Tensor predictor_heads, int64_t predictor_vocab, torch::Tensor embeddings,
                             c10::optional<torch::Tensor> proj_w,
                             c10::optional<torch::Tensor> proj_b, torch::Tensor logits, torch::Tensor talker_in,
-                            torch::Tensor predictor_in, torch::Tensor predictor_src) {
+                            torch::Tensor predictor_in, torch::Tensor predictor_src, int64_t streams) {
   mk::FrameParams p{};
   MK_CHECK(talker.num_layers + predictor.num_layers <= mk::kMaxLayers, "at most ", mk::kMaxLayers,
               " layers in the talker and the code predictor together");
-  MK_CHECK(predictor.tokens == 2, "the code predictor's stack needs scratch for its two prefill tokens");
+  MK_CHECK(streams >= 1 && streams <= mk::kMaxStreams, "streams must be 1 to ", mk::kMaxStreams, ", got ", streams);
+  MK_CHECK(talker.tokens == streams && predictor.tokens == 2 * streams, "the talker's stack needs scratch for ",
+           streams, " tokens and the code predictor's for ", 2 * streams, " (two prefill tokens a stream)");
   p.talker = talker;
   p.predictor = predictor;
   MK_CHECK(codec_head.dim() == 2 && codec_head.size(1) == talker.hidden, "codec_head must be (vocab, talker hidden)");
@@ -180,10 +185,10 @@ mk::FrameParams make_frames(const mk::StackParams& talker, const mk::StackParams
     p.proj_w = ptr<const __nv_bfloat16>(*proj_w);
     p.proj_b = ptr<const __nv_bfloat16>(*proj_b);
   }
-  expect(logits, "logits", torch::kFloat32, std::max(p.talker_vocab, p.predictor_vocab));
-  expect(talker_in, "talker_in", torch::kFloat32, talker.hidden);
-  expect(predictor_in, "predictor_in", torch::kFloat32, 2 * predictor.hidden);
-  expect(predictor_src, "predictor_src", torch::kFloat32, 2 * talker.hidden);
+  expect(logits, "logits", torch::kFloat32, streams * std::max(p.talker_vocab, p.predictor_vocab));
+  expect(talker_in, "talker_in", torch::kFloat32, streams * talker.hidden);
+  expect(predictor_in, "predictor_in", torch::kFloat32, 2 * streams * predictor.hidden);
+  expect(predictor_src, "predictor_src", torch::kFloat32, 2 * streams * talker.hidden);
   p.logits = ptr<float>(logits);
   p.talker_in = ptr<float>(talker_in);
   p.predictor_in = ptr<float>(predictor_in);
@@ -233,6 +238,89 @@ void run_frames(mk::FrameParams p, torch::Tensor talker_k, torch::Tensor talker_
   p.frames_done = ptr<int>(frames_done);
   const c10::cuda::CUDAGuard guard(hidden.device());
   MK_CHECK_CUDA(mk::launch_frames(p, static_cast<int>(blocks), at::cuda::getCurrentCUDAStream()));
+}
+
+// One stream of a batched launch (run_batch): its talker cache (room for its steps: frames - 1, one more where
+// advance_first, from talker_pos), and its picks as run_frames takes them.
+mk::StreamParams make_stream(torch::Tensor talker_k, torch::Tensor talker_v, int64_t talker_pos, bool advance_first,
+                             int64_t frames, int64_t frame0, int64_t min_frames, int64_t seed,
+                             double repetition_penalty, double temperature, int64_t top_k,
+                             double predictor_temperature, int64_t predictor_top_k) {
+  MK_CHECK(talker_pos >= 0, "talker_pos must be >= 0");
+  MK_CHECK(frames >= 1, "a stream of a launch makes at least one frame, got ", frames);
+  MK_CHECK(temperature >= 0 && predictor_temperature >= 0 && top_k >= 1 && predictor_top_k >= 1,
+           "temperatures must be >= 0 and top_k >= 1");
+  expect(talker_k, "talker cache", torch::kBFloat16, -1);
+  expect(talker_v, "talker cache", torch::kBFloat16, -1);
+  MK_CHECK(talker_k.dim() == 4 && talker_v.sizes() == talker_k.sizes(),
+           "talker cache must be keys and values of one shape (layers, kv_heads, capacity, head_dim)");
+  const int64_t last = talker_pos + frames - 2 + (advance_first ? 1 : 0);
+  MK_CHECK(last < talker_k.size(2), "talker cache: position ", last, " outside its capacity ", talker_k.size(2));
+  mk::StreamParams s{};
+  s.cache_k = ptr<__nv_bfloat16>(talker_k);
+  s.cache_v = ptr<__nv_bfloat16>(talker_v);
+  s.capacity = static_cast<int>(talker_k.size(2));
+  s.talker_pos = static_cast<int>(talker_pos);
+  s.advance_first = advance_first;
+  s.frames = static_cast<int>(frames);
+  s.frame0 = static_cast<int>(frame0);
+  s.min_frames = static_cast<int>(min_frames);
+  s.seed = static_cast<uint32_t>(seed & 0xFFFFFFFF);
+  s.repetition_penalty = static_cast<float>(repetition_penalty);
+  s.talker_pick = {static_cast<float>(temperature), static_cast<int>(top_k)};
+  s.predictor_pick = {static_cast<float>(predictor_temperature), static_cast<int>(predictor_top_k)};
+  return s;
+}
+
+// Up to `frames` decode frames of each stream in one launch of the S-stream kernel (batch.cuh; S from make_frames's
+// streams, 2 or 4), each stream as run_frames would make them alone. Stream s's rows, at index s of: predictor_k/v
+// (S, predictor layers, kv_heads, groups, head_dim), seen uint8 (S, talker vocab), text_inputs (S, frames, talker
+// hidden), hidden and talker_in (S, talker hidden), codes int64 (S, frames, groups), frames_done int32 (S).
+void run_batch(mk::FrameParams p, std::vector<mk::StreamParams> streams, torch::Tensor predictor_k,
+               torch::Tensor predictor_v, int64_t eos_id, torch::Tensor suppress, torch::Tensor seen,
+               torch::Tensor text_inputs, torch::Tensor hidden, torch::Tensor talker_in, torch::Tensor codes,
+               torch::Tensor frames_done, int64_t blocks) {
+  const int64_t S = p.talker.tokens, n = static_cast<int64_t>(streams.size());
+  MK_CHECK(S == 2 || S == 4, "run_batch takes frame params made for 2 or 4 streams, these are for ", S);
+  MK_CHECK(n >= 1 && n <= S, "a launch of these frame params takes 1 to ", S, " streams, got ", n);
+  MK_CHECK(codes.dim() == 3 && codes.size(0) == S && codes.size(2) == p.groups,
+           "codes must be (streams, frames, groups)");
+  const int64_t frames = codes.size(1), H = p.talker.hidden;
+  mk::BatchParams b{};
+  b.frame = p;
+  b.frame.talker.capacity = 0;
+  for (int64_t s = 0; s < n; ++s) {
+    MK_CHECK(streams[s].frames <= frames, "stream ", s, " makes ", streams[s].frames, " frames, the launch ", frames);
+    b.stream[s] = streams[s];
+    b.frame.talker.capacity = std::max(b.frame.talker.capacity, streams[s].capacity);  // for attention's room
+  }
+  const int64_t per_stream = static_cast<int64_t>(p.predictor.num_layers) * p.predictor.num_kv_heads * p.groups *
+                             p.predictor.head_dim;
+  expect(predictor_k, "predictor_k", torch::kBFloat16, S * per_stream);
+  expect(predictor_v, "predictor_v", torch::kBFloat16, S * per_stream);
+  expect(suppress, "suppress", torch::kUInt8, p.talker_vocab);
+  expect(seen, "seen", torch::kUInt8, S * p.talker_vocab);
+  expect(text_inputs, "text_inputs", torch::kFloat32, S * frames * H);
+  expect(hidden, "hidden", torch::kFloat32, S * H);
+  expect(talker_in, "talker_in", torch::kFloat32, S * H);
+  expect(codes, "codes", torch::kInt64, -1);
+  expect(frames_done, "frames_done", torch::kInt32, S);
+  MK_CHECK(eos_id >= 0 && eos_id < p.talker_vocab, "eos_id outside the codec vocabulary");
+  b.frame.predictor.capacity = p.groups;
+  b.frame.eos_id = static_cast<int>(eos_id);
+  b.frame.suppress = ptr<const uint8_t>(suppress);
+  b.streams = static_cast<int>(n);
+  b.frames = static_cast<int>(frames);
+  b.predictor_k = ptr<__nv_bfloat16>(predictor_k);
+  b.predictor_v = ptr<__nv_bfloat16>(predictor_v);
+  b.seen = ptr<uint8_t>(seen);
+  b.text_inputs = ptr<const float>(text_inputs);
+  b.hidden = ptr<float>(hidden);
+  b.talker_in = ptr<float>(talker_in);
+  b.codes = ptr<int64_t>(codes);
+  b.frames_done = ptr<int>(frames_done);
+  const c10::cuda::CUDAGuard guard(hidden.device());
+  MK_CHECK_CUDA(mk::launch_batch(b, static_cast<int>(S), static_cast<int>(blocks), at::cuda::getCurrentCUDAStream()));
 }
 
 // model.py Attention's steps between the projections and the attention for T tokens at cache positions start..:
@@ -393,7 +481,8 @@ torch::Tensor swiglu(torch::Tensor gate, torch::Tensor up) {
 }
 
 // How many blocks a launch uses (all co-resident), or an error naming the limit.
-int64_t plan(cudaError_t (*coresident)(size_t, int*), size_t smem, const char* what) {
+template <typename Coresident>
+int64_t plan(Coresident coresident, size_t smem, const char* what) {
   int blocks = 0;
   MK_CHECK_CUDA(coresident(smem, &blocks));
   MK_CHECK(blocks > 0, "the ", what, " kernel does not fit on an SM with ", smem, " bytes of shared memory");
@@ -422,7 +511,13 @@ std::vector<int64_t> plan_dataflow(mk::StackParams p, int64_t capacity) {
 int64_t plan_frame_blocks(mk::FrameParams p, int64_t capacity) {
   p.talker.capacity = static_cast<int>(capacity);
   p.predictor.capacity = p.groups;
-  return plan(mk::frame_coresident_blocks, mk::frame_shared_bytes(p), "frame");
+  if (p.talker.tokens == 1) return plan(mk::frame_coresident_blocks, mk::frame_shared_bytes(p), "frame");
+  mk::BatchParams b{};
+  b.frame = p;
+  const int S = p.talker.tokens;
+  const size_t smem = mk::batch_shared_bytes(b, S);
+  return plan([S](size_t bytes, int* blocks) { return mk::batch_coresident_blocks(S, bytes, blocks); }, smem,
+              "batched frame");
 }
 
 // Record the grid barriers (and dataflow waits) of the launches that follow into trace (int64 (n, 3): tag, arrive ns,
@@ -445,6 +540,7 @@ int64_t set_trace(c10::optional<torch::Tensor> trace) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::class_<mk::StackParams>(m, "Stack");
   pybind11::class_<mk::FrameParams>(m, "Frames");
+  pybind11::class_<mk::StreamParams>(m, "Stream");
   m.def("stack", &make_stack, "a decoder stack's weights and scratch");
   m.def("frames", &make_frames, "the frame loop's weights and scratch");
   m.def("decoder_step", &decoder_step, "one decode step of a Qwen3 decoder stack in one persistent launch");
@@ -456,7 +552,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_trace", &set_trace,
         "record the following launches' grid barriers and dataflow waits (bench/megakernel_trace.py, "
         "bench/dataflow_step.py)");
-  m.def("plan_frame_blocks", &plan_frame_blocks, "co-resident blocks for a frame launch");
+  m.def("plan_frame_blocks", &plan_frame_blocks, "co-resident blocks for a frame launch (of one or several streams)");
+  m.def("stream", &make_stream, "one stream of a batched frame launch: its talker cache, position and picks");
+  m.def("run_batch", &run_batch, "whole decode frames of several streams in one launch, each as alone");
   m.def("attention_prologue", &attention_prologue,
         "a prefill layer's q/k RMSNorm (where given) + RoPE and K/V cache write for its tokens, in one launch");
   m.def("snake", &snake, "the speech codec's SnakeBeta activation in one launch");

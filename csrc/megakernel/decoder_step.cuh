@@ -211,24 +211,26 @@ __device__ void attention_first_head(const StackParams& p, const LayerWeights& w
   __syncthreads();  // smem is the next head's
 }
 
-// The step of T tokens (T > 1: the stack's first T, at positions 0..T-1; pos is then 0): x_in holds their input
-// vectors (token t's at x_in + t * hidden), and the stack's scratch room for T tokens (p.tokens). Afterwards (a grid
-// barrier passed) p.x holds the residual streams of the new positions, token t's at p.x + t * hidden. Each stage
-// reads its weights once for all T tokens. `tag` names its barriers in the trace (kTalker or kPredictor). Not
-// inlined: frames_kernel calls it from three places, and one copy with its own registers ran the frame ~4% faster
-// than three inlined ones. The long-row matvecs (o_proj, down) give a warp one row with all of it in flight, so a
-// row is one round trip to HBM, not two or three; the 0.6B's 1024 rows about fill the grid's warps.
-template <int T = 1>
-__device__ __noinline__ void stack_step(const StackParams& p, int pos, const float* x_in, float* smem, float* scratch,
-                                        int tag) {
+// The layers of a step of T tokens, stage B (attention) by attend(layer, weights), which leaves token t's head h at
+// p.attn + (t * num_heads + h) * head_dim: x_in holds their input vectors (token t's at x_in + t * hidden), and the
+// stack's scratch room for T tokens (p.tokens). Afterwards (a grid barrier passed) p.x holds the tokens' residual
+// streams, token t's at p.x + t * hidden. Each stage reads its weights once for all T tokens, and a token's sums do
+// not depend on T (grid_matvec). `tag` names its barriers in the trace (kTalker or kPredictor). The long-row matvecs
+// (o_proj, down) give a warp one row with all of it in flight, so a row is one round trip to HBM, not two or three;
+// the 0.6B's 1024 rows about fill the grid's warps.
+template <int T, typename Attend>
+__device__ __forceinline__ void stack_layers(const StackParams& p, const float* x_in, float* smem, float* scratch,
+                                             int tag, Attend attend) {
   cg::grid_group grid = cg::this_grid();
   const int H = p.hidden, D = p.head_dim, NH = p.num_heads, NKV = p.num_kv_heads, I = p.intermediate;
   const int q_rows = NH * D, kv_rows = NKV * D, qkv_rows = q_rows + 2 * kv_rows;
+  // rows a warp takes at once in A and D: fewer where many tokens' sums need the registers (the sums are the same)
+  constexpr int kRowsA = T > 4 ? 2 : 4, kRowsD = T > 2 ? 2 : 6;
   for (int l = 0; l < p.num_layers; ++l) {
     const LayerWeights& w = p.layers[l];  // in shared memory: no registers held across the layer
     const float* residual = l == 0 ? x_in : p.x;
     // A: a warp's 4 rows (the 0.6B's whole share) in one batch
-    grid_matvec<4, 16, T>(
+    grid_matvec<kRowsA, 4 * kRowsA, T>(
         qkv_rows, H, smem,
         [&](int r) {
           return r < q_rows ? row_of(w.q, r, H)
@@ -237,11 +239,7 @@ __device__ __noinline__ void stack_step(const StackParams& p, int pos, const flo
         [&] { load_normed<T>(smem, residual, w.input_norm, H, p.eps, scratch); },
         [&](int r, int t, float d) { p.qkv[t * qkv_rows + r] = d; });
     barrier(grid, tag + 0);
-    // B
-    for (int h = blockIdx.x; h < NH; h += gridDim.x) {
-      if constexpr (T == 1) attention_head(p, w, l, pos, h, smem, scratch);
-      else attention_first_head<T>(p, w, l, h, smem);
-    }
+    attend(l, w);
     barrier(grid, tag + 1);
     // C
     grid_matvec<1, 8, T>(
@@ -250,7 +248,7 @@ __device__ __noinline__ void stack_step(const StackParams& p, int pos, const flo
     barrier(grid, tag + 2);
     // D: a warp's 6 rows in one batch; gate and up rows of one index go to the same warp, so SiLU(g) * u
     // needs no exchange
-    grid_matvec<6, 24, T>(
+    grid_matvec<kRowsD, 4 * kRowsD, T>(
         2 * I, H, smem, [&](int r) { return row_of(r % 2 ? w.up : w.gate, r / 2, H); },
         [&] { load_normed<T>(smem, p.x, w.post_norm, H, p.eps, scratch); },
         [&](int r, int t, float d) {
@@ -266,6 +264,20 @@ __device__ __noinline__ void stack_step(const StackParams& p, int pos, const flo
         [&](int r, int t, float d) { p.x[t * H + r] += d; });
     barrier(grid, tag + 4);
   }
+}
+
+// The step of T tokens of one sequence (T > 1: its first T, at positions 0..T-1; pos is then 0). Not inlined:
+// frames_kernel calls it from three places, and one copy with its own registers ran the frame ~4% faster than three
+// inlined ones.
+template <int T = 1>
+__device__ __noinline__ void stack_step(const StackParams& p, int pos, const float* x_in, float* smem, float* scratch,
+                                        int tag) {
+  stack_layers<T>(p, x_in, smem, scratch, tag, [&](int l, const LayerWeights& w) {
+    for (int h = blockIdx.x; h < p.num_heads; h += gridDim.x) {
+      if constexpr (T == 1) attention_head(p, w, l, pos, h, smem, scratch);
+      else attention_first_head<T>(p, w, l, h, smem);
+    }
+  });
 }
 
 // Every block: smem <- final_norm(x), x a residual stream of the step just taken (p.x + t * hidden for token t).

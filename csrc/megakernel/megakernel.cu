@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
+#include "batch.cuh"
 #include "dataflow.cuh"
-#include "frame.cuh"
 
 namespace mk {
 
@@ -74,6 +74,28 @@ __global__ void __launch_bounds__(kThreads, 1) frames_kernel(FrameParams params)
   frames_body(p, smem, scratch, pick_scratch);
 }
 
+// S streams' frames (batch.cuh): as frames_kernel, with the streams' state in shared memory too.
+template <int S>
+__global__ void __launch_bounds__(kThreads, 1) batch_kernel(BatchParams params) {
+  extern __shared__ float smem[];
+  __shared__ float scratch[kWarps];
+  __shared__ PickScratch pick_scratch;
+  __shared__ BatchParams b;
+  __shared__ StreamsState state;
+  __shared__ LayerWeights layers[kMaxLayers];
+  trace_launch();
+  const int talker_layers = params.frame.talker.num_layers;
+  copy_layers(layers, params.frame.talker.layers, talker_layers);
+  copy_layers(layers + talker_layers, params.frame.predictor.layers, params.frame.predictor.num_layers);
+  if (threadIdx.x == 0) {
+    b = params;
+    b.frame.talker.layers = layers;
+    b.frame.predictor.layers = layers + talker_layers;
+  }
+  __syncthreads();
+  batch_body<S>(b, state, smem, scratch, pick_scratch);
+}
+
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
 // The largest activation vector for `tokens` tokens, or attention's q|k|v + scores over the cache + per-warp partial
@@ -89,6 +111,19 @@ size_t frame_shared_bytes(const FrameParams& p) {
   size_t bytes = max_size(step_shared_bytes(p.talker, 1), step_shared_bytes(p.predictor, 2));
   bytes = max_size(bytes, 4 * 2 * static_cast<size_t>(p.talker.hidden));
   return max_size(bytes, 4 * static_cast<size_t>(max_size(p.talker_vocab, p.predictor_vocab)));
+}
+
+// As frame_shared_bytes, for S streams: S tokens of the talker, 2 S of the predictor, S heads' inputs.
+size_t batch_shared_bytes(const BatchParams& b, int S) {
+  const FrameParams& p = b.frame;
+  size_t bytes = max_size(step_shared_bytes(p.talker, S), step_shared_bytes(p.predictor, 2 * S));
+  bytes = max_size(bytes, 4 * 2 * static_cast<size_t>(S) * p.talker.hidden);
+  return max_size(bytes, 4 * static_cast<size_t>(max_size(p.talker_vocab, p.predictor_vocab)));
+}
+
+static const void* batch_kernel_for(int S) {
+  return S == 2 ? reinterpret_cast<const void*>(batch_kernel<2>)
+                : (S == 4 ? reinterpret_cast<const void*>(batch_kernel<4>) : nullptr);
 }
 
 // One block per SM, and only where every block fits co-resident (a cooperative launch needs all of them
@@ -110,6 +145,12 @@ cudaError_t step_coresident_blocks(size_t smem, int* blocks) {
 
 cudaError_t frame_coresident_blocks(size_t smem, int* blocks) {
   return coresident_blocks(reinterpret_cast<const void*>(frames_kernel), smem, blocks);
+}
+
+cudaError_t batch_coresident_blocks(int S, size_t smem, int* blocks) {
+  const void* kernel = batch_kernel_for(S);
+  if (kernel == nullptr) return cudaErrorInvalidValue;
+  return coresident_blocks(kernel, smem, blocks);
 }
 
 cudaError_t dataflow_coresident_blocks(size_t smem, int* blocks) {
@@ -152,6 +193,13 @@ cudaError_t launch_frames(const FrameParams& p, int blocks, cudaStream_t stream)
   void* args[] = {const_cast<FrameParams*>(&p)};
   return cudaLaunchCooperativeKernel(reinterpret_cast<void*>(frames_kernel), dim3(blocks), dim3(kThreads), args,
                                      frame_shared_bytes(p), stream);
+}
+
+cudaError_t launch_batch(const BatchParams& p, int S, int blocks, cudaStream_t stream) {
+  const void* kernel = batch_kernel_for(S);
+  if (kernel == nullptr || p.streams < 1 || p.streams > S) return cudaErrorInvalidValue;
+  void* args[] = {const_cast<BatchParams*>(&p)};
+  return cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, batch_shared_bytes(p, S), stream);
 }
 
 cudaError_t set_trace(unsigned long long* slots, int capacity) {

@@ -69,6 +69,35 @@ struct FrameParams {
   int* frames_done;                         // out: frames emitted (< frames when codebook 0 was EOS)
 };
 
+// Several streams' frames in one launch (batch.cuh): BatchParams.frame holds what they share (the weights, heads,
+// tables, eos_id, suppress, and scratch for `streams` tokens of the talker, 2 x `streams` of the predictor, logits and
+// predictor inputs for each stream); its per-launch fields are unused. What each stream has of its own:
+constexpr int kMaxStreams = 4;
+struct StreamParams {
+  __nv_bfloat16 *cache_k, *cache_v;  // its talker cache (layers, kv_heads, capacity, head_dim)
+  int capacity;
+  int talker_pos;                    // cache position of its first talker step in the launch
+  bool advance_first;                // as FrameParams'
+  int frames;                        // its frames at most in this launch (<= BatchParams.frames)
+  int frame0, min_frames;            // as FrameParams'
+  uint32_t seed;
+  float repetition_penalty;
+  PickParams talker_pick, predictor_pick;
+};
+struct BatchParams {
+  FrameParams frame;
+  StreamParams stream[kMaxStreams];
+  int streams, frames;                      // streams in the launch (<= the kernel's S), frames at most
+  __nv_bfloat16 *predictor_k, *predictor_v; // (streams, predictor layers, kv_heads, groups, head_dim)
+  // stream s's rows at s times each one's size:
+  uint8_t* seen;                            // (streams, talker vocab)
+  const float* text_inputs;                 // (streams, frames, talker hidden)
+  float* hidden;                            // (streams, talker hidden) as FrameParams'
+  float* talker_in;                         // (streams, talker hidden) the next talker step's input, read and written
+  int64_t* codes;                           // out (streams, frames, groups)
+  int* frames_done;                         // out (streams): frames emitted (fewer than its frames at EOS)
+};
+
 // The dataflow step's own arguments (dataflow.cuh): its counters, owned by the caller and zeroed once, a count per
 // layer and stage (q/k/v, attention, o_proj, gate/up, down) that only grows; the stall flag; the launch's number.
 constexpr int kDataflowStages = 5;
@@ -88,6 +117,10 @@ cudaError_t frame_coresident_blocks(size_t smem, int* blocks);
 cudaError_t launch_decoder_step(const StackParams& p, int pos, const float* x_in, float* out, int blocks,
                                 cudaStream_t stream);
 cudaError_t launch_frames(const FrameParams& p, int blocks, cudaStream_t stream);
+// S streams a launch, for S = 2 and 4 (batch.cuh); a launch of fewer streams leaves the rest of its S unused.
+size_t batch_shared_bytes(const BatchParams& p, int S);
+cudaError_t batch_coresident_blocks(int S, size_t smem, int* blocks);
+cudaError_t launch_batch(const BatchParams& p, int S, int blocks, cudaStream_t stream);
 // The dataflow step's shared memory is all an SM gives a block (dataflow_shared_bytes); its ring gets what attention
 // and the activations leave (dataflow_ring_pages).
 cudaError_t dataflow_shared_bytes(size_t* bytes);

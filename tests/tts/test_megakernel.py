@@ -5,6 +5,7 @@ is what the kernel computes: fp32 activations, bf16 cache. Inputs are fresh rand
 seed is in every failure message.
 """
 
+import copy
 import json
 import os
 import threading
@@ -15,7 +16,7 @@ import torch
 
 from engine.tts import SamplingOptions, load_tts
 from engine.tts.codec import SnakeBeta
-from engine.tts.kernels.megakernel import KernelStep
+from engine.tts.kernels.megakernel import BatchKernel, KernelRun, KernelStep
 from engine.tts.model import MLP, FrameState, KVCache, RMSNorm
 from engine.tts.prompt import TalkerInputs
 from engine.tts.sampling import Sampler, gumbel_noise
@@ -520,6 +521,65 @@ def test_kernel_frames_stop_at_eos_like_the_reference(tiny_checkpoint):
         got, _, state = _kernel_codes(fast, ref, inputs, options, seed, 40, 3, per_launch=40)
     assert got.shape == expected.shape and (got == expected).all(), f"seed {seed}: {_first_difference(got, expected)}"
     assert state.frame == len(expected)
+
+
+def _copy(state):
+    """A FrameState of its own with the same cache and hidden state."""
+    cache = copy.copy(state.cache)
+    cache.k, cache.v = state.cache.k.clone(), state.cache.v.clone()
+    return FrameState(cache, state.hidden.clone(), None)
+
+
+@pytest.mark.parametrize("streams", BatchKernel.SIZES)
+@pytest.mark.parametrize("options", [SamplingOptions.greedy(), SamplingOptions(temperature=1.5)],
+                         ids=["greedy", "sampled"])
+def test_batched_utterances_each_give_their_codes_alone(tiny_checkpoint, full_checkpoint, streams, options):
+    """Utterances decoded together, launch after launch of the batched kernel, give each exactly (bit for bit) the
+    codes, the talker cache and the repetition history of its FrameKernel run alone, while they join at different
+    launches, wait for a place (one more utterance than a launch takes), and leave at their cap or at EOS; the tiny
+    shapes and the full-size 0.6B."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    count, joins, caps = streams + 1, [0, 0, 2, 3, 5], [40, 12, 40, 25, 30]
+    for checkpoint in (tiny_checkpoint, full_checkpoint):
+        fast = load_tts(checkpoint, device="cuda", megakernel=True)
+        batch = BatchKernel(fast.model, streams)
+        for buffer in (*batch._scratch, *batch._steps[0].scratch, *batch._steps[1].scratch):
+            buffer.fill_(float("nan"))  # poisoned: every element read must have been written
+        base = int.from_bytes(os.urandom(4), "little")
+        with torch.inference_mode():
+            inputs = [_random_inputs(fast, base + i) for i in range(count)]
+            begun = [fast.model.begin(inputs[i].prefill.to(torch.bfloat16), caps[i]) for i in range(count)]
+            alone = []
+            for i in range(count):
+                state, sampler = _copy(begun[i]), _sampler(fast, options, base + i, 3)
+                codes = fast.model.frame_kernel.run(state, sampler, inputs[i], caps[i], threading.Event(), 4)
+                alone.append(([c.cpu() for c in codes], state, sampler))
+            runs, made, launch = [None] * count, [[] for _ in range(count)], 0
+            while not all(run is not None and run.ended for run in runs):
+                for i in range(count):
+                    if runs[i] is None and joins[i] <= launch:
+                        sampler = _sampler(fast, options, base + i, 3)
+                        runs[i] = KernelRun.start(_copy(begun[i]), sampler, inputs[i], caps[i])
+                going = [i for i in range(count) if runs[i] is not None and not runs[i].ended][:streams]
+                if going:
+                    frames = [min(3 + (i + launch) % 3, runs[i].cap - runs[i].state.frame) for i in going]
+                    for i, codes in zip(going, batch.launch([runs[i] for i in going], frames)):
+                        made[i] += [c.cpu() for c in codes]
+                launch += 1
+        where = f"{checkpoint.name}, {streams} streams, seed {base}"
+        for i in range(count):
+            got, run = made[i], runs[i]
+            expected, state, sampler = alone[i]
+            assert len(got) == len(expected) and all(torch.equal(a, b) for a, b in zip(got, expected)), \
+                f"{where}: utterance {i} made {len(got)} frames, alone {len(expected)}"
+            assert run.state.frame == state.frame and run.state.cache.length == state.cache.length, where
+            n = state.cache.length
+            assert torch.equal(run.state.cache.k[:, :, :n], state.cache.k[:, :, :n]), where
+            assert torch.equal(run.state.cache.v[:, :, :n], state.cache.v[:, :, :n]), where
+            assert torch.equal(run.sampler.seen, sampler.seen), where
+        print(where, [len(m) for m in made])
+        del fast, batch
+        torch.cuda.empty_cache()
 
 
 def test_kernel_draws_never_pick_a_suppressed_or_a_nan_code(tiny_checkpoint):

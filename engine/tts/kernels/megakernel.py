@@ -3,12 +3,13 @@
 `attach(model)` gives the model a FrameKernel: whole frames (talker step, codec head, sampling, the code predictor's
 15 passes, the next input) in one persistent launch each, the host reading back codes. It also gives the talker's
 and the code predictor's DecoderStack a kernel step, so any other one-token forward of model.py runs its layer stack
-in one launch.
+in one launch. A BatchKernel makes the frames of several utterances in one launch, each as its FrameKernel would.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -133,8 +134,9 @@ class FrameKernel:
         self._steps = (talker, predictor)  # their stacks' layer tables and scratch stay alive with this object
         self._tables = [t.model.codec_embedding.weight, *(e.weight for e in cp.model.codec_embedding)]
         pointer_table = lambda ts: torch.tensor([x.data_ptr() for x in ts], dtype=torch.int64, device=device)  # noqa: E731
-        self._heads = pointer_table([h.weight for h in cp.lm_head])
-        self._embeddings = pointer_table(self._tables)
+        # device pointers to the predictor's 15 heads and the 16 codebooks' embedding tables (BatchKernel's too)
+        self.heads = pointer_table([h.weight for h in cp.lm_head])
+        self.embeddings = pointer_table(self._tables)
         proj = cp.small_to_mtp_projection
         projected = isinstance(proj, torch.nn.Linear)
         H, Hp = self.cfg.decoder.hidden_size, self.cfg.predictor.hidden_size
@@ -143,10 +145,10 @@ class FrameKernel:
         # logits, talker_in, and the predictor's inputs for its two-token first pass (predictor_in, predictor_src)
         self._scratch = [_scratch(max(self.cfg.decoder.vocab_size, self.cfg.predictor.vocab_size), device),
                          self.talker_in, _scratch(2 * Hp, device), _scratch(2 * H, device)]
-        self.params = self.module.frames(talker.stack, predictor.stack, t.codec_head.weight, self._heads,
-                                         self.cfg.predictor.vocab_size, self._embeddings,
+        self.params = self.module.frames(talker.stack, predictor.stack, t.codec_head.weight, self.heads,
+                                         self.cfg.predictor.vocab_size, self.embeddings,
                                          proj.weight if projected else None, proj.bias if projected else None,
-                                         *self._scratch)
+                                         *self._scratch, 1)
         self.predictor_cache = KVCache(self.cfg.predictor, len(self._tables), device, torch.bfloat16)
         self.frames_done = torch.empty(1, dtype=torch.int32, device=device)
         self.blocks = self.module.plan_frame_blocks(self.params, MAX_POSITIONS)
@@ -193,6 +195,114 @@ class FrameKernel:
             if done < n:
                 return
             advance = True
+
+
+@dataclass
+class KernelRun:
+    """One utterance's frames made by BatchKernel launches: where it stands, and what a launch leaves for its next."""
+
+    state: FrameState
+    sampler: Sampler
+    inputs: TalkerInputs
+    cap: int  # frames at most
+    hidden: torch.Tensor  # (H,) fp32: the talker's last final-normed state
+    next_input: torch.Tensor  # (H,) fp32: the input of its next talker step (once `advance`)
+    advance: bool = False  # a launch has run: the next one starts with a talker step on next_input
+    ended: bool = False  # EOS, or cap frames made
+
+    @classmethod
+    def start(cls, state: FrameState, sampler: Sampler, inputs: TalkerInputs, cap: int) -> KernelRun:
+        """A run from `state` just after begin()."""
+        if state.cache.capacity > MAX_POSITIONS:
+            raise RuntimeError(f"KV cache of {state.cache.capacity} positions exceeds the kernel's {MAX_POSITIONS}")
+        hidden = state.hidden.reshape(-1).to(torch.float32, copy=True)
+        return cls(state, sampler, inputs, cap, hidden, torch.zeros_like(hidden))
+
+
+class BatchKernel:
+    """Whole decode frames of up to `streams` utterances (2 or 4) in one launch (csrc/megakernel/batch.cuh): each
+    weight is read once for all of them, and each utterance gets the very codes its FrameKernel launches would give
+    it, whichever utterances share its launches and whenever it joins or leaves them.
+
+    Sampling as FrameKernel's (`supports`); the utterances of a launch may sample differently.
+    """
+
+    SIZES = (2, 4)
+
+    def __init__(self, model: Qwen3TTS, streams: int):
+        """model: one with a FrameKernel (attach), whose tables this one shares."""
+        if streams not in self.SIZES:
+            raise ValueError(f"a batched launch takes {' or '.join(map(str, self.SIZES))} streams, got {streams}")
+        if model.frame_kernel is None:
+            raise ValueError("the model has no frame kernel (megakernel.attach)")
+        t, heads, embeddings = model.talker, model.frame_kernel.heads, model.frame_kernel.embeddings
+        cfg, device = t.cfg, t.codec_head.weight.device
+        self.streams, self.cfg = streams, cfg
+        self._groups = embeddings.numel()
+        # the stacks again, with scratch for a token a stream (the predictor's first pass: two)
+        self._steps = (KernelStep(t.model, tokens=streams), KernelStep(t.code_predictor.model, tokens=2 * streams))
+        self.module = self._steps[0].module
+        H, Hp = cfg.decoder.hidden_size, cfg.predictor.hidden_size
+        self._scratch = [_scratch(streams * max(cfg.decoder.vocab_size, cfg.predictor.vocab_size), device),
+                         _scratch(streams * H, device), _scratch(2 * streams * Hp, device),
+                         _scratch(2 * streams * H, device)]
+        proj = t.code_predictor.small_to_mtp_projection
+        projected = isinstance(proj, torch.nn.Linear)
+        self._tables = (heads, embeddings)  # kept alive with this object: the kernel reads them
+        self.params = self.module.frames(self._steps[0].stack, self._steps[1].stack, t.codec_head.weight,
+                                         heads, cfg.predictor.vocab_size, embeddings,
+                                         proj.weight if projected else None, proj.bias if projected else None,
+                                         *self._scratch, streams)
+        p = cfg.predictor
+        shape = (streams, p.num_layers, p.num_kv_heads, self._groups, p.head_dim)
+        self._predictor_k = torch.empty(shape, dtype=torch.bfloat16, device=device)
+        self._predictor_v = torch.empty(shape, dtype=torch.bfloat16, device=device)
+        self.blocks = self.module.plan_frame_blocks(self.params, MAX_POSITIONS)
+
+    def launch(self, runs: list[KernelRun], frames: list[int]) -> list[list[torch.Tensor]]:
+        """One launch: run i makes up to frames[i] frames (at least 1, at most what its cap leaves); returns each
+        run's codes (16,) a frame. A run that picks EOS or reaches its cap is `ended`. The runs' samplers suppress
+        the same codes and end at the same EOS (one engine's)."""
+        if not 1 <= len(runs) <= self.streams or len(frames) != len(runs):
+            raise ValueError(f"a launch takes 1 to {self.streams} runs and a frame count each")
+        if len({run.sampler.eos_id for run in runs}) > 1:
+            raise ValueError("the runs of a launch end at different EOS codes")
+        if any(run.ended or not 1 <= n <= run.cap - run.state.frame for run, n in zip(runs, frames)):
+            raise ValueError("each run must be going on, and make 1 to the frames its cap leaves")
+        S, F, H, device = self.streams, max(frames), self.cfg.decoder.hidden_size, runs[0].hidden.device
+        vocab = self.cfg.decoder.vocab_size
+        text = torch.zeros((S, F, H), dtype=torch.float32, device=device)
+        hidden = torch.zeros((S, H), dtype=torch.float32, device=device)
+        talker_in = torch.zeros((S, H), dtype=torch.float32, device=device)
+        seen = torch.zeros((S, vocab), dtype=torch.uint8, device=device)
+        streams = []
+        for i, (run, n) in enumerate(zip(runs, frames)):
+            o, state = run.sampler.options, run.state
+            text[i, :n] = run.inputs.text_inputs(state.frame, n)
+            hidden[i], talker_in[i], seen[i] = run.hidden, run.next_input, run.sampler.seen.view(torch.uint8)
+            streams.append(self.module.stream(
+                state.cache.k, state.cache.v, state.cache.length, run.advance, n, state.frame,
+                run.sampler.min_frames, run.sampler.seed, o.repetition_penalty, o.temperature, o.top_k,
+                o.predictor_temperature, o.predictor_top_k))
+        codes = torch.empty((S, F, self._groups), dtype=torch.int64, device=device)
+        done = torch.empty(S, dtype=torch.int32, device=device)
+        first = runs[0].sampler
+        self.module.run_batch(self.params, streams, self._predictor_k, self._predictor_v, first.eos_id,
+                              first.suppress.view(torch.uint8), seen, text, hidden, talker_in, codes, done,
+                              self.blocks)
+        made = []
+        for i, (run, n, d) in enumerate(zip(runs, frames, done.tolist())):
+            run.hidden.copy_(hidden[i])
+            run.next_input.copy_(talker_in[i])
+            run.sampler.seen.copy_(seen[i].bool())
+            # talker steps taken: one before each frame but the launch's first (unless advancing), and the EOS
+            # frame's too (as FrameKernel.run)
+            run.state.cache.length += d + (d < n) - 1 + run.advance
+            run.state.frame += d
+            run.advance = True
+            run.ended = d < n or run.state.frame >= run.cap
+            made.append(list(codes[i, :d]))
+        return made
 
 
 def attach(model: Qwen3TTS) -> None:
