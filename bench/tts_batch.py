@@ -7,8 +7,12 @@ a code-predictor pass for all B; an utterance that reaches EOS is begun again, s
 batched frame (median), frames a second over the batch, and x-real-time over the batch (12.5 frames are a second of
 speech). Baseline in the same run: B = 1, which is exactly the engine's one-utterance path.
 
+With --kernel (CUDA): the megakernel's frames instead, 4 a launch, EOS held back: B = 1 is FrameKernel's launch (the
+engine's one-utterance path, the baseline), B = 2 and 4 BatchKernel's, which reads every weight once for the batch.
+
     python bench/tts_batch.py                                 # tiny checkpoint, CPU
     python bench/tts_batch.py --size 0.6b --batches 1,2,4,8
+    python bench/tts_batch.py --size 0.6b --device cuda --kernel --batches 1,2,4
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -43,6 +48,8 @@ def main(argv=None) -> int:
     parser.add_argument("--precision", default="auto", help="load_tts's CPU precision")
     parser.add_argument("--frames", type=int, default=20, help="batched frames timed at each B")
     parser.add_argument("--batches", default="1,2,4,8", help="the batch sizes, comma-separated")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--kernel", action="store_true", help="the megakernel's frames (CUDA), 4 a launch")
     args = parser.parse_args(argv)
 
     import torch
@@ -52,16 +59,43 @@ def main(argv=None) -> int:
 
     work = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     try:
-        tts = load_tts(args.model or random_checkpoint(work, args.size, 10_000), precision=args.precision)
+        tts = load_tts(args.model or random_checkpoint(work, args.size, 10_000), device=args.device,
+                       precision=args.precision, megakernel=args.kernel or None)
         model, talker = tts.model, tts.config.talker
         voice = tts.resolve_voice(tts.default_speaker)
         prompts = [tts.prompts.build(tts.prompts.text_ids(s), voice, True, tts.device) for s in SENTENCES]
 
-        def begin(b: int, seed: int):
+        def begin(b: int, seed: int, min_frames: int = 2):
             inputs = prompts[b % len(prompts)]
             sampler = Sampler(tts.default_sampling, seed, talker.decoder.vocab_size, talker.codec_eos_id,
-                              tts._suppress)
-            return inputs, sampler, model.begin(inputs.prefill.to(tts.dtype), args.frames + 1)
+                              tts._suppress, min_frames)
+            return inputs, sampler, model.begin(inputs.prefill.to(tts.dtype), args.frames + 8)
+
+        def launches(batch: int, frames: int) -> list[float]:
+            """The megakernel's: seconds a frame of each launch of 4 frames, after a first of one frame."""
+            from engine.tts.kernels.megakernel import BatchKernel, KernelRun
+
+            jobs = [begin(b, b, min_frames=10**9) for b in range(batch)]
+            times = []
+            if batch == 1:
+                inputs, sampler, state = jobs[0]
+                made = model.frame_kernel.run(state, sampler, inputs, frames + 8, threading.Event(), 4)
+                next(made)
+                for _ in range(frames // 4):
+                    t0 = time.perf_counter()
+                    for _ in range(4):
+                        next(made)  # a launch's 4 frames: the first waits for it
+                    times.append((time.perf_counter() - t0) / 4)
+                made.close()
+                return times
+            kernel = BatchKernel(model, batch)
+            runs = [KernelRun.start(state, sampler, inputs, frames + 8) for inputs, sampler, state in jobs]
+            kernel.launch(runs, [1] * batch)
+            for _ in range(frames // 4):
+                t0 = time.perf_counter()
+                kernel.launch(runs, [4] * batch)  # reads back how many frames each made: the launch is over
+                times.append((time.perf_counter() - t0) / 4)
+            return times
 
         def run(batch: int, frames: int) -> list[float]:
             jobs = [begin(b, b) for b in range(batch)]
@@ -80,10 +114,11 @@ def main(argv=None) -> int:
         print(f"{args.model or args.size}, {tts.precision}, {torch.get_num_threads()} torch threads\n")
         print("| batch | ms a batched frame p50 | frames/s | x-real-time | vs batch 1 |")
         print("|---|---|---|---|---|")
-        run(1, 3)  # warm-up: first-use costs stay out of the figures
+        timed = launches if args.kernel else run
+        timed(1, 4)  # warm-up: first-use costs stay out of the figures
         base = None
         for batch in (int(b) for b in args.batches.split(",")):
-            ms = float(np.median(run(batch, args.frames))) * 1000
+            ms = float(np.median(timed(batch, args.frames))) * 1000
             rate = batch * 1000 / ms
             base = base or rate
             print(f"| {batch} | {ms:.1f} | {rate:.1f} | {rate / FRAMES_PER_S:.2f} | {rate / base:.2f}x |", flush=True)
