@@ -118,6 +118,39 @@ class KernelStep:
                                f"inputs timed out; the launch ended early, its output and K/V are not valid")
 
 
+@dataclass
+class KernelRun:
+    """One utterance's frames made launch by launch (FrameKernel, BatchKernel): where it stands, and what a launch
+    leaves for its next."""
+
+    state: FrameState
+    sampler: Sampler
+    inputs: TalkerInputs
+    cap: int  # frames at most
+    hidden: torch.Tensor  # (H,) fp32: the talker's last final-normed state
+    next_input: torch.Tensor  # (H,) fp32: the input of its next talker step (once `advance`)
+    advance: bool = False  # a launch has run: the next one starts with a talker step on next_input
+    ended: bool = False  # EOS, or cap frames made
+
+    @classmethod
+    def start(cls, state: FrameState, sampler: Sampler, inputs: TalkerInputs, cap: int) -> KernelRun:
+        """A run from `state` just after begin()."""
+        if state.cache.capacity > MAX_POSITIONS:
+            raise RuntimeError(f"KV cache of {state.cache.capacity} positions exceeds the kernel's {MAX_POSITIONS}")
+        hidden = state.hidden.reshape(-1).to(torch.float32, copy=True)
+        return cls(state, sampler, inputs, cap, hidden, torch.zeros_like(hidden), ended=state.frame >= cap)
+
+    def made(self, done: int, frames: int, codes: torch.Tensor) -> list[torch.Tensor]:
+        """Counts a launch that made `done` of the `frames` it was asked for; returns their codes (16,) each, from
+        codes (frames, 16)."""
+        # talker steps taken: one before each frame but the launch's first (unless advancing), and the EOS frame's too
+        self.state.cache.length += done + (done < frames) - 1 + self.advance
+        self.state.frame += done
+        self.advance = True
+        self.ended = done < frames or self.state.frame >= self.cap
+        return list(codes[:done])
+
+
 class FrameKernel:
     """Whole decode frames in one launch each: talker step, codec head, sampling, the code predictor's
     15 passes and the next input's embedding sum, all on the device (csrc/megakernel/frame.cuh).
@@ -159,64 +192,31 @@ class FrameKernel:
 
     def run(self, state: FrameState, sampler: Sampler, inputs: TalkerInputs, cap: int, cancelled,
             per_launch: int = 1) -> Iterator[torch.Tensor]:
-        """Codes (16,) of each frame from `state` (just after begin()) until EOS, `cap` frames, or cancel.
+        """Codes (16,) of each frame from `state` (just after begin()) until EOS, `cap` frames, or cancel. The
+        first launch runs one frame (the lowest latency to first audio), later ones `per_launch`."""
+        run = KernelRun.start(state, sampler, inputs, cap)
+        while not run.ended and not cancelled.is_set():
+            yield from self.launch(run, 1 if state.frame == 0 else min(per_launch, cap - state.frame))
 
-        The first launch runs one frame (the lowest latency to first audio), later ones `per_launch`. Runs of
-        several streams may be interleaved launch by launch (the engine's turns; one launch at a time): what a
-        launch leaves for the next, the talker's state and its next input, is this run's own, and the kernel's
-        shared buffers (scratch, logits, the predictor's cache) are written before they are read in every launch.
+    def launch(self, run: KernelRun, frames: int) -> list[torch.Tensor]:
+        """One launch of `run`'s next frames, 1 to what its cap leaves; their codes (16,) each, fewer at EOS.
+
+        Runs of several streams may be interleaved launch by launch (one launch at a time): what a launch leaves for
+        the next, the talker's state and its next input, is the run's own, and the kernel's shared buffers
+        (scratch, logits, the predictor's cache) are written before they are read in every launch.
         """
-        if state.cache.capacity > MAX_POSITIONS:
-            raise RuntimeError(f"KV cache of {state.cache.capacity} positions exceeds the kernel's {MAX_POSITIONS}")
-        o, cache = sampler.options, state.cache
-        hidden = state.hidden.to(torch.float32, copy=True)  # (H,) the talker's last state: each launch updates it
-        next_input = torch.empty_like(self.talker_in)  # (H,) this run's talker_in while another run's launches go
-        advance = False
-        while state.frame < cap and not cancelled.is_set():
-            n = 1 if state.frame == 0 else min(per_launch, cap - state.frame)
-            codes = torch.empty((n, len(self._tables)), dtype=torch.int64, device=hidden.device)
-            if advance:  # the launch starts with a talker step on the input the previous launch left
-                self.talker_in.copy_(next_input)
-            self.module.run_frames(
-                self.params, cache.k, cache.v, self.predictor_cache.k, self.predictor_cache.v, cache.length, advance,
-                state.frame, sampler.min_frames, sampler.eos_id, sampler.seed, o.repetition_penalty, o.temperature,
-                o.top_k, o.predictor_temperature, o.predictor_top_k, sampler.suppress.view(torch.uint8),
-                sampler.seen.view(torch.uint8), inputs.text_inputs(state.frame, n), hidden, codes,
-                self.frames_done, self.blocks)
-            next_input.copy_(self.talker_in)
-            done = int(self.frames_done.item())
-            # talker steps taken: one before each frame but the launch's first (unless advancing),
-            # and the EOS frame's too
-            ran = done + (done < n)
-            cache.length += ran - 1 + advance
-            for i in range(done):
-                state.frame += 1
-                yield codes[i]
-            if done < n:
-                return
-            advance = True
-
-
-@dataclass
-class KernelRun:
-    """One utterance's frames made by BatchKernel launches: where it stands, and what a launch leaves for its next."""
-
-    state: FrameState
-    sampler: Sampler
-    inputs: TalkerInputs
-    cap: int  # frames at most
-    hidden: torch.Tensor  # (H,) fp32: the talker's last final-normed state
-    next_input: torch.Tensor  # (H,) fp32: the input of its next talker step (once `advance`)
-    advance: bool = False  # a launch has run: the next one starts with a talker step on next_input
-    ended: bool = False  # EOS, or cap frames made
-
-    @classmethod
-    def start(cls, state: FrameState, sampler: Sampler, inputs: TalkerInputs, cap: int) -> KernelRun:
-        """A run from `state` just after begin()."""
-        if state.cache.capacity > MAX_POSITIONS:
-            raise RuntimeError(f"KV cache of {state.cache.capacity} positions exceeds the kernel's {MAX_POSITIONS}")
-        hidden = state.hidden.reshape(-1).to(torch.float32, copy=True)
-        return cls(state, sampler, inputs, cap, hidden, torch.zeros_like(hidden))
+        o, state, sampler, cache = run.sampler.options, run.state, run.sampler, run.state.cache
+        codes = torch.empty((frames, len(self._tables)), dtype=torch.int64, device=run.hidden.device)
+        if run.advance:  # the launch starts with a talker step on the input the previous launch left
+            self.talker_in.copy_(run.next_input)
+        self.module.run_frames(
+            self.params, cache.k, cache.v, self.predictor_cache.k, self.predictor_cache.v, cache.length, run.advance,
+            state.frame, sampler.min_frames, sampler.eos_id, sampler.seed, o.repetition_penalty, o.temperature,
+            o.top_k, o.predictor_temperature, o.predictor_top_k, sampler.suppress.view(torch.uint8),
+            sampler.seen.view(torch.uint8), run.inputs.text_inputs(state.frame, frames), run.hidden, codes,
+            self.frames_done, self.blocks)
+        run.next_input.copy_(self.talker_in)
+        return run.made(int(self.frames_done.item()), frames, codes)
 
 
 class BatchKernel:
@@ -295,13 +295,7 @@ class BatchKernel:
             run.hidden.copy_(hidden[i])
             run.next_input.copy_(talker_in[i])
             run.sampler.seen.copy_(seen[i].bool())
-            # talker steps taken: one before each frame but the launch's first (unless advancing), and the EOS
-            # frame's too (as FrameKernel.run)
-            run.state.cache.length += d + (d < n) - 1 + run.advance
-            run.state.frame += d
-            run.advance = True
-            run.ended = d < n or run.state.frame >= run.cap
-            made.append(list(codes[i, :d]))
+            made.append(run.made(d, n, codes[i]))
         return made
 
 
