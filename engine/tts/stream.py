@@ -5,7 +5,8 @@ model's speaker encoder and the codec's encoder too); `TTSEngine.stream` validat
 decodes lazily: each frame's 16 codes go through the stateful codec as soon as they are sampled, so the first
 chunk costs a prefill, one frame and one frame of codec decode. A Base model speaks in a voice that
 `TTSEngine.clone_voice` made from a recording (engine/tts/clone.py). Several streams may be iterated at once, from
-threads of their own: they take turns on the engine a chunk at a time (engine/tts/turns.py).
+threads of their own: they take turns on the engine a chunk at a time (engine/tts/turns.py), and with the megakernel
+share its launches (engine/tts/kernels/batcher.py).
 """
 
 from __future__ import annotations
@@ -123,6 +124,12 @@ class TTSEngine:
         # older GPU, ...): they run on PyTorch, slower; None where the megakernel runs or was not asked for
         self.megakernel_problem = megakernel_problem
         self.device = next(model.parameters()).device
+        # the frame kernel's launches, which utterances spoken at once share (None: no megakernel)
+        self._launches = None
+        if model.frame_kernel is not None:
+            from engine.tts.kernels.batcher import Batcher
+
+            self._launches = Batcher(model)
         # the device's turns: the model's buffers (the prefill's, the megakernel's, the codec graphs') serve one
         # stream at a time, and each stream's own state lives in its own tensors between its turns
         self._turns = Turns()
@@ -342,7 +349,7 @@ class TTSEngine:
         state = self.model.begin(inputs.prefill.to(self.dtype), cap)
         kernel = self.model.frame_kernel
         if kernel is not None and kernel.supports(sampling):
-            yield from kernel.run(state, sampler, inputs, cap, cancelled, per_launch=chunk_frames)
+            yield from self._launches.run(state, sampler, inputs, cap, cancelled, per_launch=chunk_frames)
             return
         while state.frame < cap and not cancelled.is_set():
             codes = self.model.sample_frame(state, sampler)

@@ -104,6 +104,30 @@ def test_cuda_streams_at_once_give_exactly_their_solo_speech(short_checkpoint, m
         assert_same_speech(got, want)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_megakernel_streams_at_once_share_launches_and_one_may_leave(short_checkpoint):
+    """With the megakernel, streams at once share its launches (engine/tts/kernels/batcher.py): the frames of
+    several utterances made in one launch; each stream still gives exactly its solo codes and PCM, and one cancelled
+    after its second chunk stops there while the others go on whole."""
+    tts = load_tts(short_checkpoint, device="cuda", megakernel=True)
+    requests = [*REQUESTS, (LONG, "vivian", 5, 2)]
+    solo = [list(speak(tts, r)) for r in requests]
+    assert tts._launches.shared_launches == 0  # one at a time: each launch its own
+    streams = [speak(tts, r) for r in requests]
+
+    def cancel_after_two(chunks):
+        if len(chunks) == 2:
+            streams[4].cancel()
+
+    together, errors = consume_at_once(streams, {4: cancel_after_two})
+    assert errors == [None] * len(requests)
+    for got, want in zip(together[:4], solo[:4]):
+        assert_same_speech(got, want)
+    assert_same_speech(together[4], solo[4][:2])
+    assert tts._launches.shared_launches > 0
+
+
 def test_a_stream_asking_waits_for_one_turn_of_another_not_its_utterance(tiny_tts):
     """A second stream's first chunk comes after at most the chunk the first stream was making when it asked and
     one more (first come first served), long before the first stream ends."""

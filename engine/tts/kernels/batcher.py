@@ -1,0 +1,91 @@
+"""Utterances spoken at once share the frame kernel's launches: whichever stream needs frames launches the kernel for
+every utterance under way that will soon need more too (BatchKernel), and keeps their frames until their streams ask.
+
+Each utterance gets the very codes its launches alone would give it (BatchKernel's promise), so sharing changes when
+frames are made, never which. A launch holds the stream that asked for its frames to its own pace: the others in it
+make as many frames as it does, at most, so a stream that joins still has its first frame after a one-frame launch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.tts.kernels.megakernel import BatchKernel, FrameKernel, KernelRun
+from engine.tts.model import FrameState, Qwen3TTS
+from engine.tts.prompt import TalkerInputs
+from engine.tts.sampling import Sampler
+
+log = logging.getLogger(__name__)
+
+STREAMS = 4  # utterances a launch at most
+
+
+@dataclass(eq=False)
+class _Utterance:
+    run: KernelRun
+    per_launch: int
+    cancelled: threading.Event
+    ready: deque[torch.Tensor] = field(default_factory=deque)  # frames made, not yet asked for
+
+    def wants(self, per_launch: int) -> int:
+        """Frames its next launch makes: one for its first (the lowest latency to first audio), then per_launch,
+        within its cap."""
+        state = self.run.state
+        return 1 if state.frame == 0 else min(per_launch, self.run.cap - state.frame)
+
+
+class Batcher:
+    """The frame kernels' launches for the utterances of one engine. run() is iterated in the engine's turns, so one
+    launch is made at a time; its utterance may end from any thread."""
+
+    def __init__(self, model: Qwen3TTS):
+        self._single: FrameKernel = model.frame_kernel
+        try:
+            self._batch: BatchKernel | None = BatchKernel(model, STREAMS)
+        except RuntimeError as e:  # a GPU whose SMs cannot hold it: each utterance launches alone
+            log.warning("utterances spoken at once launch the speech kernel one at a time: %s", e)
+            self._batch = None
+        self._lock = threading.Lock()  # the utterances under way; held through a launch, which reads their state
+        self._under_way: list[_Utterance] = []
+        self.shared_launches = 0  # launches that made frames for more than one utterance
+
+    def run(self, state: FrameState, sampler: Sampler, inputs: TalkerInputs, cap: int, cancelled: threading.Event,
+            per_launch: int = 1) -> Iterator[torch.Tensor]:
+        """As FrameKernel.run: codes (16,) of each frame from `state` (just after begin()) until EOS, `cap` frames,
+        or cancel; some made in launches of other utterances."""
+        me = _Utterance(KernelRun.start(state, sampler, inputs, cap), per_launch, cancelled)
+        with self._lock:
+            self._under_way.append(me)
+        try:
+            while not cancelled.is_set():
+                if not me.ready:
+                    if me.run.ended:
+                        return
+                    self._launch(me)
+                while me.ready and not cancelled.is_set():
+                    yield me.ready.popleft()
+        finally:
+            with self._lock:  # waits for a launch of another utterance that may be writing this one's state
+                self._under_way.remove(me)
+
+    def _launch(self, me: _Utterance) -> None:
+        """One launch for `me` and, where the batch kernel is, for up to STREAMS - 1 other utterances that have
+        fewer frames ready than they take a launch, each making at most as many frames as `me`."""
+        frames = me.wants(me.per_launch)
+        with self._lock:
+            others = [u for u in self._under_way
+                      if u is not me and not u.run.ended and not u.cancelled.is_set() and len(u.ready) < u.per_launch]
+            if self._batch is None or not others:
+                me.ready.extend(self._single.launch(me.run, frames))
+                return
+            together = [me, *others[: STREAMS - 1]]
+            made = self._batch.launch([u.run for u in together], [min(frames, u.wants(u.per_launch)) for u in together])
+            for u, codes in zip(together, made):
+                u.ready.extend(codes)
+            self.shared_launches += 1
