@@ -23,7 +23,6 @@ from engine.tts.sampling import Sampler
 
 log = logging.getLogger(__name__)
 
-STREAMS = 4  # utterances a launch at most
 
 
 @dataclass(eq=False)
@@ -46,11 +45,13 @@ class Batcher:
 
     def __init__(self, model: Qwen3TTS):
         self._single: FrameKernel = model.frame_kernel
+        # a kernel a batch size, the smallest that holds a launch's utterances taking it: every one of its slots
+        # costs a launch about as much as an utterance does
+        self._batches: list[BatchKernel] = []
         try:
-            self._batch: BatchKernel | None = BatchKernel(model, STREAMS)
-        except RuntimeError as e:  # a GPU whose SMs cannot hold it: each utterance launches alone
+            self._batches = [BatchKernel(model, size) for size in BatchKernel.SIZES]
+        except RuntimeError as e:  # a GPU whose SMs cannot hold one: each utterance launches alone
             log.warning("utterances spoken at once launch the speech kernel one at a time: %s", e)
-            self._batch = None
         self._lock = threading.Lock()  # the utterances under way; held through a launch, which reads their state
         self._under_way: list[_Utterance] = []
         self.shared_launches = 0  # launches that made frames for more than one utterance
@@ -75,17 +76,18 @@ class Batcher:
                 self._under_way.remove(me)
 
     def _launch(self, me: _Utterance) -> None:
-        """One launch for `me` and, where the batch kernel is, for up to STREAMS - 1 other utterances that have
-        fewer frames ready than they take a launch, each making at most as many frames as `me`."""
+        """One launch for `me` and, where the batch kernels are, for as many other utterances as the largest takes
+        that have fewer frames ready than they take a launch, each making at most as many frames as `me`."""
         frames = me.wants(me.per_launch)
         with self._lock:
             others = [u for u in self._under_way
                       if u is not me and not u.run.ended and not u.cancelled.is_set() and len(u.ready) < u.per_launch]
-            if self._batch is None or not others:
+            if not self._batches or not others:
                 me.ready.extend(self._single.launch(me.run, frames))
                 return
-            together = [me, *others[: STREAMS - 1]]
-            made = self._batch.launch([u.run for u in together], [min(frames, u.wants(u.per_launch)) for u in together])
+            together = [me, *others[: self._batches[-1].streams - 1]]
+            kernel = next(k for k in self._batches if k.streams >= len(together))
+            made = kernel.launch([u.run for u in together], [min(frames, u.wants(u.per_launch)) for u in together])
             for u, codes in zip(together, made):
                 u.ready.extend(codes)
             self.shared_launches += 1
