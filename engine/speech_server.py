@@ -5,10 +5,11 @@ the model speaks, and may send two fields the OpenAI API lacks: `language` and `
 
 Up to `concurrency` requests are spoken at once: their streams take turns on the one engine a chunk at a time
 (engine/tts/turns.py), so each one's first audio waits for one chunk of each of the others, not for their whole
-utterances. That is the limit: the engine does not batch streams (one frame at a time, for each), so together they go
-no faster than one, and each speaks at the engine's speed divided by how many are speaking; past the point where that
-is slower than real time, listeners hear gaps (the default stops before it: DEFAULT_CONCURRENCY). Requests beyond
-them wait in a bounded queue, and one beyond it is refused at once with 429, never queued without end.
+utterances. On a GPU with the megakernel, up to four of them share each launch (engine/tts/kernels/batcher.py), which
+makes about 1.3 times the frames of one utterance alone; elsewhere together they go no faster than one. Either way
+each speaks at the engine's speed divided among them; past the point where that is slower than real time, listeners
+hear gaps (the default stops before it: DEFAULT_CONCURRENCY). Requests beyond them wait in a bounded queue, and one
+beyond it is refused at once with 429, never queued without end.
 `create_app(tts)` is the ASGI app; `parley serve` runs it with uvicorn.
 """
 
