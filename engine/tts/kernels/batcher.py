@@ -24,7 +24,6 @@ from engine.tts.sampling import Sampler
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(eq=False)
 class _Utterance:
     run: KernelRun
@@ -32,11 +31,8 @@ class _Utterance:
     cancelled: threading.Event
     ready: deque[torch.Tensor] = field(default_factory=deque)  # frames made, not yet asked for
 
-    def wants(self, per_launch: int) -> int:
-        """Frames its next launch makes: one for its first (the lowest latency to first audio), then per_launch,
-        within its cap."""
-        state = self.run.state
-        return 1 if state.frame == 0 else min(per_launch, self.run.cap - state.frame)
+    def wants(self) -> int:
+        return self.run.wants(self.per_launch)
 
 
 class Batcher:
@@ -78,7 +74,7 @@ class Batcher:
     def _launch(self, me: _Utterance) -> None:
         """One launch for `me` and, where the batch kernels are, for as many other utterances as the largest takes
         that have fewer frames ready than they take a launch, each making at most as many frames as `me`."""
-        frames = me.wants(me.per_launch)
+        frames = me.wants()
         with self._lock:
             others = [u for u in self._under_way
                       if u is not me and not u.run.ended and not u.cancelled.is_set() and len(u.ready) < u.per_launch]
@@ -87,7 +83,7 @@ class Batcher:
                 return
             together = [me, *others[: self._batches[-1].streams - 1]]
             kernel = next(k for k in self._batches if k.streams >= len(together))
-            made = kernel.launch([u.run for u in together], [min(frames, u.wants(u.per_launch)) for u in together])
+            made = kernel.launch([u.run for u in together], [min(frames, u.wants()) for u in together])
             for u, codes in zip(together, made):
                 u.ready.extend(codes)
             self.shared_launches += 1

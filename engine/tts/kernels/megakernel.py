@@ -140,6 +140,11 @@ class KernelRun:
         hidden = state.hidden.reshape(-1).to(torch.float32, copy=True)
         return cls(state, sampler, inputs, cap, hidden, torch.zeros_like(hidden), ended=state.frame >= cap)
 
+    def wants(self, per_launch: int) -> int:
+        """Frames its next launch makes: one for its first (the lowest latency to first audio), then `per_launch`,
+        within its cap."""
+        return 1 if self.state.frame == 0 else min(per_launch, self.cap - self.state.frame)
+
     def made(self, done: int, frames: int, codes: torch.Tensor) -> list[torch.Tensor]:
         """Counts a launch that made `done` of the `frames` it was asked for; returns their codes (16,) each, from
         codes (frames, 16)."""
@@ -192,11 +197,11 @@ class FrameKernel:
 
     def run(self, state: FrameState, sampler: Sampler, inputs: TalkerInputs, cap: int, cancelled,
             per_launch: int = 1) -> Iterator[torch.Tensor]:
-        """Codes (16,) of each frame from `state` (just after begin()) until EOS, `cap` frames, or cancel. The
-        first launch runs one frame (the lowest latency to first audio), later ones `per_launch`."""
+        """Codes (16,) of each frame from `state` (just after begin()) until EOS, `cap` frames, or cancel, made
+        `per_launch` a launch after a first of one (KernelRun.wants)."""
         run = KernelRun.start(state, sampler, inputs, cap)
         while not run.ended and not cancelled.is_set():
-            yield from self.launch(run, 1 if state.frame == 0 else min(per_launch, cap - state.frame))
+            yield from self.launch(run, run.wants(per_launch))
 
     def launch(self, run: KernelRun, frames: int) -> list[torch.Tensor]:
         """One launch of `run`'s next frames, 1 to what its cap leaves; their codes (16,) each, fewer at EOS.
