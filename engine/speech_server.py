@@ -3,13 +3,14 @@ OpenAI's own clients, Pipecat's OpenAITTSService, LiveKit's openai.TTS and Open 
 chunk is sent as soon as it is decoded. Parley's own client (engine/speech_client.py) also asks `GET /v1/voices` what
 the model speaks, and may send two fields the OpenAI API lacks: `language` and `seed`.
 
-Up to `concurrency` requests are spoken at once: their streams take turns on the one engine a chunk at a time
-(engine/tts/turns.py), so each one's first audio waits for one chunk of each of the others, not for their whole
-utterances. On a GPU with the megakernel, up to four of them share each launch (engine/tts/kernels/batcher.py), which
-makes about 1.3 times the frames of one utterance alone; elsewhere together they go no faster than one. Either way
-each speaks at the engine's speed divided among them; past the point where that is slower than real time, listeners
-hear gaps (the default stops before it: DEFAULT_CONCURRENCY). Requests beyond them wait in a bounded queue, and one
-beyond it is refused at once with 429, never queued without end.
+Up to `concurrency` requests are spoken at once: their streams take turns on the one engine a chunk at a time, the
+one whose listener runs out of audio soonest first (engine/tts/turns.py), so a request's first audio waits for the
+turn in progress and those of streams that fell behind, not for the others' whole utterances. On a GPU with the
+megakernel, up to four of them share each launch (engine/tts/kernels/batcher.py), which makes about 1.3 times the
+frames of one utterance alone; elsewhere together they go no faster than one. Either way each speaks at the engine's
+speed divided among them; past the point where that is slower than real time, listeners hear gaps (the default stops
+before it: DEFAULT_CONCURRENCY). Requests beyond them wait in a bounded queue, and one beyond it is refused at once
+with 429, never queued without end.
 `create_app(tts)` is the ASGI app; `parley serve` runs it with uvicorn.
 """
 

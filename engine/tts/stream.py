@@ -5,8 +5,8 @@ model's speaker encoder and the codec's encoder too); `TTSEngine.stream` validat
 decodes lazily: each frame's 16 codes go through the stateful codec as soon as they are sampled, so the first
 chunk costs a prefill, one frame and one frame of codec decode. A Base model speaks in a voice that
 `TTSEngine.clone_voice` made from a recording (engine/tts/clone.py). Several streams may be iterated at once, from
-threads of their own: they take turns on the engine a chunk at a time (engine/tts/turns.py), and with the megakernel
-share its launches (engine/tts/kernels/batcher.py).
+threads of their own: they take turns on the engine a chunk at a time, the one whose listener runs out of audio
+soonest first (engine/tts/turns.py), and with the megakernel share its launches (engine/tts/kernels/batcher.py).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class TTSStream:
     `notice` is None, or the GPUUnavailableError saying that the GPU ran out of memory (in this stream or another
     one of the engine's) and the engine moved to the CPU; the segment that was speaking then started again from its
     first frame. Streams of one engine may be iterated at once from different threads (each stream from one thread at
-    a time): each chunk is made in a turn of the engine's, given first come first served.
+    a time): each chunk is made in a turn of the engine's, the stream due soonest first (engine/tts/turns.py).
     """
 
     def __init__(self, run, seed: int, segments: int):
@@ -301,14 +301,19 @@ class TTSEngine:
                     return
 
         def run(cancelled: threading.Event, stream: TTSStream) -> Iterator[Chunk]:
-            """speak()'s chunks, each made in a turn of this engine's: streams iterated at once take turns."""
+            """speak()'s chunks, each made in a turn of this engine's: streams iterated at once take turns, each
+            asking by when its listener, hearing from its start on, will have heard all it was given, or by now where
+            that is past: those already due are served first come first served (so none that fell behind holds back
+            one that has just begun, when the engine has more streams than it keeps up with), the others when due."""
             chunks = speak(cancelled, stream)
+            given_s = 0.0  # seconds of audio handed out
             try:
                 while not cancelled.is_set():  # a cancelled stream yields nothing more, so it asks for no turn
-                    with self._turns.turn():
+                    with self._turns.turn(max(stream.t_start + given_s, time.perf_counter())):
                         chunk = next(chunks, None)
                     if chunk is None:
                         return
+                    given_s += len(chunk.pcm) / self.sample_rate_hz
                     yield chunk
             finally:
                 chunks.close()  # its frames' cleanup touches nothing another stream uses: no turn needed

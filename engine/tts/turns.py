@@ -1,47 +1,57 @@
-"""Turns on the speech engine's device: the streams of one TTSEngine take it one at a time, first come first served.
+"""Turns on the speech engine's device: the streams of one TTSEngine take it one at a time, the one whose listener runs
+out of audio soonest first.
 
 A turn is a stream's work for one chunk (its frames and their codec decode); between turns a stream keeps its state in
-tensors of its own, so several utterances speak at once, interleaved chunk by chunk, and a stream that asks waits for
-at most one turn of each stream ahead of it, never for their whole utterances (engine/tts/stream.py).
+tensors of its own, so several utterances speak at once, interleaved chunk by chunk. A stream asks with a deadline,
+when its listener will have heard all it has been given, or the moment it asks where that is past
+(engine/tts/stream.py), so one that has just begun, whose listener hears nothing yet, goes before those with audio
+still in hand, and those already due go in the order they asked. A stream that asks waits for the turn in progress
+and those of streams due sooner, never for their whole utterances.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 
 class Turns:
-    """Lends the device to one holder at a time, in the order they asked (a plain Lock lets a thread that releases
-    take it straight back, starving the others)."""
+    """Lends the device to one holder at a time, the waiter with the earliest deadline first (a plain Lock lets a thread
+    that releases take it straight back, starving the others)."""
 
     def __init__(self):
         self._changed = threading.Condition()
-        self._waiting: deque[object] = deque()  # a token per waiter, oldest first
+        self._waiting: list[tuple[float, int, object]] = []  # a heap of (deadline, arrival, token), one a waiter
+        self._arrivals = itertools.count()
         self._holder: int | None = None  # the thread id holding the turn
 
     @contextmanager
-    def turn(self) -> Iterator[None]:
-        """Wait for this thread's turn, hold it for the block, then hand it to the longest waiter.
+    def turn(self, deadline: float = float("-inf")) -> Iterator[None]:
+        """Wait for this thread's turn, hold it for the block, then hand it to the waiter due soonest.
 
+        Args:
+            deadline: when the holder's work is due, in time.perf_counter() seconds; the default, before any, for
+                work that is due at once (moving the engine, say).
         Raises:
             RuntimeError: this thread holds the turn already (it would wait for itself for ever).
         """
-        me, token = threading.get_ident(), object()
+        me, entry = threading.get_ident(), (deadline, next(self._arrivals), object())
         with self._changed:
             if self._holder == me:
                 raise RuntimeError("this thread asked for the speech engine's turn while holding it")
-            self._waiting.append(token)
+            heapq.heappush(self._waiting, entry)
             try:
-                while self._holder is not None or self._waiting[0] is not token:
+                while self._holder is not None or self._waiting[0] is not entry:
                     self._changed.wait()
             except BaseException:  # interrupted while waiting: its place goes to the next
-                self._waiting.remove(token)
+                self._waiting.remove(entry)
+                heapq.heapify(self._waiting)
                 self._changed.notify_all()
                 raise
-            self._waiting.popleft()
+            heapq.heappop(self._waiting)
             self._holder = me
         try:
             yield

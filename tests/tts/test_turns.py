@@ -218,6 +218,50 @@ def test_out_of_memory_in_one_stream_moves_every_live_stream_to_the_cpu(short_ch
     assert isinstance(other.notice, GPUUnavailableError) and "another utterance" in str(other.notice)
 
 
+def test_turns_go_to_the_waiter_due_soonest_and_first_come_first_served_at_a_tie():
+    """While one thread holds the turn, waiters due at 3, 1, 2 and 1 again are served at 1, 1 (in the order they
+    asked), 2, then 3; one that asks with no deadline goes before them all."""
+    turns, served, threads = Turns(), [], []
+
+    def take(name, *deadline):
+        with turns.turn(*deadline):
+            served.append(name)
+
+    with turns.turn():
+        for name, deadline in (("3", (3.0,)), ("1", (1.0,)), ("2", (2.0,)), ("1 again", (1.0,)), ("now", ())):
+            threads.append(threading.Thread(target=take, args=(name, *deadline)))
+            threads[-1].start()
+            waited = time.monotonic() + 10
+            while len(turns._waiting) < len(threads) and time.monotonic() < waited:  # asked, in this order
+                time.sleep(0.001)
+    for thread in threads:
+        thread.join(timeout=10)
+    assert served == ["now", "1", "1 again", "2", "3"]
+
+
+def test_a_stream_asks_for_each_turn_by_when_its_listener_runs_out_of_audio(tiny_tts, monkeypatch):
+    """Each chunk's turn is asked for with the stream's start plus the audio handed out before it as its deadline, or
+    the moment it asks where that is past: a stream that has just begun is due at once, one ahead of real time only
+    when its listener would run out."""
+    asked, real = [], tiny_tts._turns.turn
+
+    def turn(*deadline):
+        asked.append((*deadline, time.perf_counter()))
+        return real(*deadline)
+
+    monkeypatch.setattr(tiny_tts._turns, "turn", turn)
+    stream = tiny_tts.stream("Hello there.", "ryan", seed=1, chunk_frames=2)
+    chunks = []
+    for chunk in stream:
+        chunks.append(chunk)
+        time.sleep(0.3 if len(chunks) == 2 else 0)  # a listener that pauses: the stream falls behind
+    due = stream.t_start + np.cumsum([0.0] + [len(c.pcm) / tiny_tts.sample_rate_hz for c in chunks])
+    assert len(chunks) > 3 and len(asked) == len(chunks) + 1  # the last ask finds the end
+    for (deadline, at), when in zip(asked, due):
+        assert deadline == pytest.approx(max(when, at), abs=1e-3)
+    assert asked[2][0] > due[2]  # behind after the pause: due as it asks
+
+
 def test_a_thread_holding_the_turn_cannot_ask_again():
     """Asking for a turn while holding it is an error, not a thread waiting for itself for ever; the turn is free
     after."""
