@@ -302,9 +302,8 @@ class TTSEngine:
 
         def run(cancelled: threading.Event, stream: TTSStream) -> Iterator[Chunk]:
             """speak()'s chunks, each made in a turn of this engine's: streams iterated at once take turns, each
-            asking by when its listener, hearing from its start on, will have heard all it was given, or by now where
-            that is past: those already due are served first come first served (so none that fell behind holds back
-            one that has just begun, when the engine has more streams than it keeps up with), the others when due."""
+            due when its listener, hearing from its start on, will have heard all it was given, or as it asks where
+            that is past (so streams that fell behind go in turn with one that has just begun, not all before it)."""
             chunks = speak(cancelled, stream)
             given_s = 0.0  # seconds of audio handed out
             try:

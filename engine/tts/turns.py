@@ -24,7 +24,7 @@ class Turns:
 
     def __init__(self):
         self._changed = threading.Condition()
-        self._waiting: list[tuple[float, int, object]] = []  # a heap of (deadline, arrival, token), one a waiter
+        self._waiting: list[tuple[float, int]] = []  # a heap of (deadline, arrival), one a waiter
         self._arrivals = itertools.count()
         self._holder: int | None = None  # the thread id holding the turn
 
@@ -38,10 +38,11 @@ class Turns:
         Raises:
             RuntimeError: this thread holds the turn already (it would wait for itself for ever).
         """
-        me, entry = threading.get_ident(), (deadline, next(self._arrivals), object())
+        me = threading.get_ident()
         with self._changed:
             if self._holder == me:
                 raise RuntimeError("this thread asked for the speech engine's turn while holding it")
+            entry = (deadline, next(self._arrivals))
             heapq.heappush(self._waiting, entry)
             try:
                 while self._holder is not None or self._waiting[0] is not entry:
