@@ -803,8 +803,9 @@ def main(argv=None) -> int:
     serve.add_argument("--token", help="the bearer token clients must send (or PARLEY_API_TOKEN); needed beyond "
                                        "this computer")
     serve.add_argument("--concurrency", type=_at_least_one, metavar="N",
-                       help="utterances spoken at once, taking turns on the one engine a chunk at a time (default: 2 "
-                       "on the CPU, 8 on a GPU; each speaks at the engine's speed shared among them)")
+                       help="utterances spoken at once, taking turns on the one engine a chunk at a time and on a GPU "
+                       "sharing its launches (default: 2 on the CPU, 8 on a GPU; each speaks at the engine's speed "
+                       "shared among them)")
     serve.add_argument("--max-waiting", type=int, help="requests that may wait while those are spoken (default: 8)")
     serve.add_argument("--wyoming", nargs="?", const=f"127.0.0.1:{WYOMING_PORT}", type=_wyoming_address,
                        metavar="[HOST:]PORT",
