@@ -26,6 +26,24 @@ def _scratch(n: int, device) -> torch.Tensor:
     return torch.empty(n, dtype=torch.float32, device=device)
 
 
+def _frame_params(model: Qwen3TTS, talker: KernelStep, predictor: KernelStep, heads: torch.Tensor,
+                  embeddings: torch.Tensor, streams: int):
+    """The frame loop's parameters (csrc make_frames) for `streams` utterances a launch, on the stacks' steps (with
+    scratch for as many tokens, twice as many for the predictor), and the scratch they point at, for every utterance:
+    logits, talker_in, and the predictor's inputs for its two-token first pass (predictor_in, predictor_src)."""
+    t = model.talker
+    cfg, device = t.cfg, t.codec_head.weight.device
+    H, Hp = cfg.decoder.hidden_size, cfg.predictor.hidden_size
+    scratch = [_scratch(streams * max(cfg.decoder.vocab_size, cfg.predictor.vocab_size), device),
+               _scratch(streams * H, device), _scratch(2 * streams * Hp, device), _scratch(2 * streams * H, device)]
+    proj = t.code_predictor.small_to_mtp_projection
+    projected = isinstance(proj, torch.nn.Linear)
+    params = talker.module.frames(talker.stack, predictor.stack, t.codec_head.weight, heads, cfg.predictor.vocab_size,
+                                  embeddings, proj.weight if projected else None, proj.bias if projected else None,
+                                  *scratch, streams)
+    return params, scratch
+
+
 class KernelStep:
     """A DecoderStack's one-token step in the kernel: same weights, same KV cache, fp32 activations.
 
@@ -175,18 +193,9 @@ class FrameKernel:
         # device pointers to the predictor's 15 heads and the 16 codebooks' embedding tables (BatchKernel's too)
         self.heads = pointer_table([h.weight for h in cp.lm_head])
         self.embeddings = pointer_table(self._tables)
-        proj = cp.small_to_mtp_projection
-        projected = isinstance(proj, torch.nn.Linear)
-        H, Hp = self.cfg.decoder.hidden_size, self.cfg.predictor.hidden_size
-        # the next talker step's input, which a launch leaves for the next one of its stream (run keeps a copy)
-        self.talker_in = _scratch(H, device)
-        # logits, talker_in, and the predictor's inputs for its two-token first pass (predictor_in, predictor_src)
-        self._scratch = [_scratch(max(self.cfg.decoder.vocab_size, self.cfg.predictor.vocab_size), device),
-                         self.talker_in, _scratch(2 * Hp, device), _scratch(2 * H, device)]
-        self.params = self.module.frames(talker.stack, predictor.stack, t.codec_head.weight, self.heads,
-                                         self.cfg.predictor.vocab_size, self.embeddings,
-                                         proj.weight if projected else None, proj.bias if projected else None,
-                                         *self._scratch, 1)
+        self.params, self._scratch = _frame_params(model, talker, predictor, self.heads, self.embeddings, 1)
+        # the next talker step's input, which a launch leaves for the next one of its stream (the run keeps a copy)
+        self.talker_in = self._scratch[1]
         self.predictor_cache = KVCache(self.cfg.predictor, len(self._tables), device, torch.bfloat16)
         self.frames_done = torch.empty(1, dtype=torch.int32, device=device)
         self.blocks = self.module.plan_frame_blocks(self.params, MAX_POSITIONS)
@@ -247,17 +256,8 @@ class BatchKernel:
         # the stacks again, with scratch for a token a stream (the predictor's first pass: two)
         self._steps = (KernelStep(t.model, tokens=streams), KernelStep(t.code_predictor.model, tokens=2 * streams))
         self.module = self._steps[0].module
-        H, Hp = cfg.decoder.hidden_size, cfg.predictor.hidden_size
-        self._scratch = [_scratch(streams * max(cfg.decoder.vocab_size, cfg.predictor.vocab_size), device),
-                         _scratch(streams * H, device), _scratch(2 * streams * Hp, device),
-                         _scratch(2 * streams * H, device)]
-        proj = t.code_predictor.small_to_mtp_projection
-        projected = isinstance(proj, torch.nn.Linear)
         self._tables = (heads, embeddings)  # kept alive with this object: the kernel reads them
-        self.params = self.module.frames(self._steps[0].stack, self._steps[1].stack, t.codec_head.weight,
-                                         heads, cfg.predictor.vocab_size, embeddings,
-                                         proj.weight if projected else None, proj.bias if projected else None,
-                                         *self._scratch, streams)
+        self.params, self._scratch = _frame_params(model, *self._steps, heads, embeddings, streams)
         p = cfg.predictor
         shape = (streams, p.num_layers, p.num_kv_heads, self._groups, p.head_dim)
         self._predictor_k = torch.empty(shape, dtype=torch.bfloat16, device=device)
