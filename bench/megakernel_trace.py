@@ -4,14 +4,16 @@ The kernel's barrier trace (csrc/megakernel/common.cuh) has block 0 stamp %globa
 at each grid barrier and when it leaves. A stage's time is from leaving the barrier before it to
 leaving its own; "block 0 waits" is the part block 0 spent at the barrier (the rest of the grid still
 working, or the barrier itself). Frames run as the engine runs them (sampled, `--per-launch` a launch);
-the frame time without the trace is measured in the same run, so the trace's own cost shows.
+the frame time without the trace is measured in the same run, so the trace's own cost shows. With `--streams`
+2 or 4, the launches are the batch kernel's (BatchKernel), that many utterances at once, so a stage's table beside
+the one-utterance table shows what each utterance more costs it.
 
 With --probes the kernel is built from a copy of its sources with MK_PROBES defined, and block 0's thread 0
 also stamps points inside the stages (common.cuh `probe`: weights issued, input vector ready, first batch of
 weights used, rows done; in attention, q loaded, normed and rotated, scores, softmax, done): a second
 table gives each point's time from the stage's start, p50.
 
-    python bench/megakernel_trace.py --size 0.6b [--probes]
+    python bench/megakernel_trace.py --size 0.6b [--probes] [--streams 1,2,4]
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import argparse
 import shutil
 import sys
 import tempfile
-import threading
 from collections import defaultdict
 from pathlib import Path
 
@@ -52,25 +53,36 @@ def tag_name(tag: int) -> str:
     return TAGS[tag]
 
 
-def run_frames(tts, frames: int, per_launch: int):
-    """Frames from a fresh prompt, as FrameKernel.run makes them; returns the launches' CUDA-event ms."""
+def run_frames(tts, frames: int, per_launch: int, streams: int = 1):
+    """Frames from fresh prompts, as the engine makes them (`streams` utterances a launch); returns each launch's
+    CUDA-event ms a frame."""
+    from engine.tts.kernels.megakernel import BatchKernel, KernelRun
+
     prompts, talker = tts.prompts, tts.config.talker
     inputs = prompts.build(prompts.text_ids(TEXT), tts.resolve_voice(tts.default_speaker), True, tts.device)
-    sampler = Sampler(SamplingOptions(), 0, talker.decoder.vocab_size, talker.codec_eos_id, tts._suppress,
-                      min_frames=10**9)
-    state = tts.model.begin(inputs.prefill.to(tts.dtype), frames + 1)
-    it = tts.model.frame_kernel.run(state, sampler, inputs, frames + 1, threading.Event(), per_launch)
-    next(it)  # the first launch has no talker step
+    runs = []
+    for seed in range(streams):
+        sampler = Sampler(SamplingOptions(), seed, talker.decoder.vocab_size, talker.codec_eos_id, tts._suppress,
+                          min_frames=10**9)
+        state = tts.model.begin(inputs.prefill.to(tts.dtype), frames + 1)
+        runs.append(KernelRun.start(state, sampler, inputs, frames + 1))
+    batch = BatchKernel(tts.model, streams) if streams > 1 else None
+
+    def launch(frames: int) -> None:
+        if batch is None:
+            tts.model.frame_kernel.launch(runs[0], frames)
+        else:
+            batch.launch(runs, [frames] * streams)
+
+    launch(1)  # the first launch has no talker step
     times = []
     for _ in range(frames // per_launch):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(per_launch):
-            next(it)
+        launch(per_launch)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / per_launch)
-    it.close()
     return times
 
 
@@ -80,8 +92,11 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=64)
     parser.add_argument("--per-launch", type=int, default=4)
     parser.add_argument("--probes", action="store_true", help="also stamp points inside the stages")
+    parser.add_argument("--streams", default="1", help="utterances a launch, comma-separated: a table each")
     args = parser.parse_args()
-    report(load(checkpoint(args), args.probes), args)
+    tts = load(checkpoint(args), args.probes)
+    for streams in (int(n) for n in args.streams.split(",")):
+        report(tts, args, streams)
     return 0
 
 
@@ -97,15 +112,15 @@ def load(folder: Path, probes: bool):
         return load_tts(folder, device="cuda", megakernel=True)
 
 
-def report(tts, args: argparse.Namespace) -> None:
+def report(tts, args: argparse.Namespace, streams: int) -> None:
     """Time frames plain and traced, and print where a frame's time goes."""
     module = tts.model.frame_kernel.module
-    run_frames(tts, 8, args.per_launch)  # warm-up
-    plain = run_frames(tts, args.frames, args.per_launch)
+    run_frames(tts, 8, args.per_launch, streams)  # warm-up
+    plain = run_frames(tts, args.frames, args.per_launch, streams)
     per_frame = 4096 if args.probes else 1024  # ~550 barriers a frame, and ~4 points in each stage
     trace = torch.zeros((args.frames * per_frame, 3), dtype=torch.int64, device="cuda")
     module.set_trace(trace)
-    traced = run_frames(tts, args.frames, args.per_launch)
+    traced = run_frames(tts, args.frames, args.per_launch, streams)
     count = module.set_trace(None)
     rows = trace[:count].cpu().numpy()
     probes, rows = probe_offsets(rows), rows[rows[:, 0] < PROBE]
@@ -116,9 +131,10 @@ def report(tts, args: argparse.Namespace) -> None:
         per_tag[int(row[0])][0].append(row[2] - prev[2])
         per_tag[int(row[0])][1].append(row[2] - row[1])
     rows = rows[rows[:, 0] != LAUNCH]
-    frames = int((rows[:, 0] == 17).sum())  # one codebook-0 pick a frame (the first launch's included)
+    frames = int((rows[:, 0] == 17).sum())  # one codebook-0 pick a frame of the launch (the first launch's included)
     total = sum(sum(v[0]) for v in per_tag.values()) / frames / 1e6  # ms
-    print(f"\n{torch.cuda.get_device_name()}, {args.size} bf16, {frames} frames traced, {args.per_launch} a launch; "
+    print(f"\n{torch.cuda.get_device_name()}, {args.size} bf16, {streams} utterance(s) at once, {frames} frames "
+          f"traced, {args.per_launch} a launch; "
           f"frame {np.median(plain):.3f} ms p50 untraced, {np.median(traced):.3f} ms traced; "
           f"{len(rows) / frames:.0f} barriers a frame\n")
     print("| stage | a frame | p50 us | p95 us | block 0 waits p50 us | ms a frame | share |")
