@@ -243,7 +243,7 @@ def soak(args, pulse: Pulse, work: Path, out: Path, stop: threading.Event) -> di
     if not args.fixed_window:
         turn_model, text_model = TurnModel(), TextTurnModel(threads=default_threads())
         turn_model.probability(np.zeros(16000, np.float32))
-        text_model.probability("Hello.")
+        text_model.reading("Hello.")
     voices = {s.line: speech(s.line, work) for s in steps if s.spoken}
     # each part runs once before the baseline, so the threads and buffers they keep are in it
     transcriber.warm_up()

@@ -1,6 +1,6 @@
 """Replay of bench/turn_taking.py's 48 spoken turns through the end-of-turn policy alone, with the words of a pause
-ready at once, as on a GPU (Whisper base takes milliseconds there): for each (turn_check_ms, sentence_ms) asked,
-when the Endpointer decides each turn and which pauses for thought it cuts.
+ready at once, as on a GPU (Whisper base takes milliseconds there): for each (turn_check_ms, sentence_ms,
+statement_ms) asked, when the Endpointer decides each turn and which pauses for thought it cuts.
 
 Method: each turn's speech (espeak-ng, as the benchmark's) with 2.5 s of silence after it, over the software
 microphone's noise floor, is fed block by block to engine/stt/vad.py's Endpointer with Silero VAD, Smart Turn v3.2
@@ -16,6 +16,7 @@ sentence is what cuts a pause (bench/gpu_turn_policy.sh runs both on the GPU mac
 
     python bench/turn_policy.py                                    # the defaults
     python bench/turn_policy.py --policies 200:600,150:600,200:400 --float32
+    python bench/turn_policy.py --policies 200:600:600,200:600:400 --text-model with   # statements at 600, at 400
 """
 
 from __future__ import annotations
@@ -52,10 +53,10 @@ class Asked:
         return self.said[-1]
 
 
-def replay(audio: np.ndarray, options, vad, model, judge, complete) -> list:
+def replay(audio: np.ndarray, options, vad, model, judge, read) -> list:
     """The Endpointer's Turn events for one turn's audio, each with the stream sample at which it was decided."""
     endpointer = Endpointer(options, vad=vad, turn_model=model, words=lambda key: judge(audio, key),
-                            complete=complete and (lambda key: complete(audio, key)))
+                            read=read and (lambda key: read(audio, key)))
     decided = []
     for i, block in enumerate(split_blocks(audio)):
         decided += [(turn, (i + 1) * len(block)) for turn in endpointer.feed(block) if isinstance(turn, Turn)]
@@ -64,8 +65,10 @@ def replay(audio: np.ndarray, options, vad, model, judge, complete) -> list:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--policies", default="200:600",
-                        help="turn_check_ms:sentence_ms pairs, comma-separated (the defaults: 200:600)")
+    default = VadOptions()
+    parser.add_argument("--policies", default=f"{default.turn_check_ms}:{default.sentence_ms}",
+                        help="turn_check_ms:sentence_ms[:statement_ms], comma-separated (statement_ms: VadOptions', "
+                             "or sentence_ms where it is larger)")
     parser.add_argument("--longest-pause-ms", type=int, default=2000, help="VadOptions.silence_ms")
     parser.add_argument("--tail-ms", type=int, default=VadOptions.tail_ms, help="VadOptions.tail_ms")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where Whisper runs")
@@ -80,11 +83,12 @@ def main(argv=None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="each turn's decision and what was heard")
     args = parser.parse_args(argv)
     try:
-        policies = [tuple(int(v) for v in p.split(":")) for p in args.policies.split(",")]
-        if any(len(p) != 2 for p in policies):
+        policies = [[int(v) for v in p.split(":")] for p in args.policies.split(",")]
+        if any(len(p) not in (2, 3) for p in policies):
             raise ValueError
     except ValueError:
-        parser.error(f"--policies takes turn_check_ms:sentence_ms pairs, got {args.policies!r}")
+        parser.error(f"--policies takes turn_check_ms:sentence_ms[:statement_ms], got {args.policies!r}")
+    policies = [(*p, min(default.statement_ms, p[1])) if len(p) == 2 else tuple(p) for p in policies]
 
     voices = Path(args.voices or tempfile.mkdtemp(prefix="parley-voices-"))
     voices.mkdir(parents=True, exist_ok=True)
@@ -115,22 +119,22 @@ def main(argv=None) -> int:
             heard[n, key] = transcriber.transcribe(audio[key[0] : key[1]])
         return judge_words(heard[n, key].text, heard[n, key].language)
 
-    def complete(n, audio, key):
+    def meaning(n, audio, key):
         read.add((n, key))
         transcript = heard[n, key]  # the words were judged first
-        return reader.complete(transcript.text, transcript.language)
+        return reader.read(transcript.text, transcript.language)
 
-    print("| turn_check_ms | sentence_ms | words' meaning | decision p50 ms | p95 ms | decided before sentence_ms "
-          "| false cut-offs |")
-    print("|---|---|---|---|---|---|---|")
-    for (check_ms, sentence_ms), text in ((policy, text) for policy in policies for text in texts):
+    print("| turn_check_ms | sentence_ms | statement_ms | words' meaning | decision p50 ms | p95 ms "
+          "| decided before sentence_ms | false cut-offs |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (check_ms, sentence_ms, statement_ms), text in ((policy, text) for policy in policies for text in texts):
         options = VadOptions(silence_ms=args.longest_pause_ms, turn_check_ms=check_ms, sentence_ms=sentence_ms,
-                             tail_ms=args.tail_ms)
+                             statement_ms=statement_ms, tail_ms=args.tail_ms)
         decisions, at_check, cut = [], 0, []
         for n, (kind, audio) in enumerate(turns):
             model.said.clear()
             ended = replay(audio, options, vad, model, lambda audio, key, n=n: judge(n, audio, key),
-                           (lambda audio, key, n=n: complete(n, audio, key)) if text == "with" else None)
+                           (lambda audio, key, n=n: meaning(n, audio, key)) if text == "with" else None)
             last, decided_at = ended[-1]
             last_speech = last.end_sample - options.tail_ms * SAMPLE_RATE_HZ // 1000
             decision_ms = (decided_at - last_speech) * 1000 / SAMPLE_RATE_HZ
@@ -141,11 +145,12 @@ def main(argv=None) -> int:
             if args.verbose:
                 keys = [(t.start_sample, t.end_sample) for t, _ in ended]
                 said = " | ".join(heard[n, key].text if (n, key) in heard else "?" for key in keys)
-                meaning = ", ".join(f"{reader.probability(heard[n, key].text):.3f}" for key in keys if (n, key) in read)
+                meant = ", ".join("whole {:.3f} sentence {:.3f}".format(*reader.reading(heard[n, key].text))
+                                  for key in keys if (n, key) in read)
                 model_said = ", ".join(f"{p:.2f}" for p in model.said)
-                print(f"  {check_ms}:{sentence_ms} {text} turn {n} ({kind}) {decision_ms:.0f} ms, {last.reason}, "
-                      f"model {model_said}{', words ' + meaning if meaning else ''}: {said}")
-        print(f"| {check_ms} | {sentence_ms} | {text} | {percentile(decisions, 50):.0f} | "
+                print(f"  {check_ms}:{sentence_ms}:{statement_ms} {text} turn {n} ({kind}) {decision_ms:.0f} ms, "
+                      f"{last.reason}, model {model_said}{', words ' + meant if meant else ''}: {said}")
+        print(f"| {check_ms} | {sentence_ms} | {statement_ms} | {text} | {percentile(decisions, 50):.0f} | "
               f"{percentile(decisions, 95):.0f} | {at_check} of {len(turns)} | "
               f"{len(cut)} of {paused}{': turns ' + str(cut) if cut else ''} |")
     return 0

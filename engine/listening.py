@@ -22,7 +22,7 @@ import numpy as np
 from engine.audio.devices import silence_error
 from engine.errors import AudioDeviceError, AudioDeviceLostError, user_message
 from engine.events import DeviceLost, DeviceRestored, Level, Partial, SpeechStarted, TurnFailed
-from engine.stt.turn import judge_words
+from engine.stt.turn import Meaning, judge_words
 from engine.stt.vad import BLOCK_SAMPLES, SAMPLE_RATE_HZ, Endpointer, Mode, SileroVad, SpeechStart, VadOptions
 
 log = logging.getLogger(__name__)
@@ -188,8 +188,9 @@ class Listener:
             that end a sentence end the turn after VadOptions.sentence_ms (engine/stt/turn.py judge_words): that text
             is the turn's, which it would wait for anyway.
         text_model: reads the pause's words (engine/stt/turn_text.py TextTurnModel) where the end-of-turn model says
-            the user goes on: words that end a sentence and read as a whole message end the turn at once, not after
-            VadOptions.sentence_ms. None: only the voice and the pause decide.
+            the user goes on: words that end a sentence and read as a whole message end the turn at once, those that
+            read as a finished statement after VadOptions.statement_ms, not after sentence_ms. None: only the voice
+            and the pause decide.
     Raises:
         ModelFilesError: the Silero VAD model is missing.
     """
@@ -200,8 +201,8 @@ class Listener:
                                                                                   closing, ahead)
         words = self._words if ahead is not None else None
         self._text_model = text_model
-        complete = self._complete if ahead is not None and text_model is not None else None
-        self._endpointer = Endpointer(options.vad, options.mode, vad, turn_model, words, complete)
+        read = self._read if ahead is not None and text_model is not None else None
+        self._endpointer = Endpointer(options.vad, options.mode, vad, turn_model, words, read)
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         # (stream sample where a block starts, its t_captured): places the end of speech in time
         self._captured: deque[tuple[int, float]] = deque(maxlen=blocks(options.vad.max_turn_s * 1000 + 2000))
@@ -220,11 +221,10 @@ class Listener:
         transcript = self._ahead.made_early(key)
         return None if transcript is None else judge_words(transcript.text, transcript.language)
 
-    def _complete(self, key: tuple[int, int]) -> bool:
-        """The Endpointer's reader of a pause's words, asked once they are judged to end a sentence: whether they read
-        as a whole message."""
+    def _read(self, key: tuple[int, int]) -> Meaning:
+        """The Endpointer's reader of a pause's words, asked once they are judged to end a sentence: what they mean."""
         transcript = self._ahead.made_early(key)
-        return transcript is not None and self._text_model.complete(transcript.text, transcript.language)
+        return Meaning.PART if transcript is None else self._text_model.read(transcript.text, transcript.language)
 
     def _pause(self) -> None:
         """Where the Endpointer's pause under way would end the turn, once it changes: to Whisper for the early

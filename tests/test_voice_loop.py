@@ -596,6 +596,28 @@ def test_a_finished_sentence_that_reads_as_a_whole_message_ends_its_turn_before_
     assert finished.result.metrics.end_of_turn_ms < vad.sentence_ms, finished.result.metrics
 
 
+def test_a_finished_statement_ends_its_turn_after_statement_ms_not_sentence_ms(parts, user_mic, speak):
+    """A statement the voice's model hears going on and that reads as no whole message (a user may go on after one),
+    checked below: its words call for their full stop, so the turn ends once they are in and statement_ms has passed,
+    not after sentence_ms (set far beyond Whisper's time here)."""
+    from engine.stt.turn import Meaning, TurnModel
+    from engine.stt.turn_text import TextTurnModel
+    from tests.stt.conftest import silence, voiced_span
+
+    statement, model, reader = "I lost my wallet yesterday.", TurnModel(), TextTurnModel(threads=1)
+    lo, hi = voiced_span(speak(statement))
+    assert model.probability(np.concatenate([speak(statement)[lo:hi], silence(0.2)])) < 0.5
+    assert reader.read(statement, "en") is Meaning.STATEMENT
+    dialogue, mic = parts
+    vad = VadOptions(silence_ms=6000, sentence_ms=4000, statement_ms=400)
+    loop, events = run_loop(dialogue, mic, model, reader, vad=vad)
+    with loop:
+        user_mic(speak(statement))
+        finished = events.wait_for(TurnFinished)
+    assert "wallet" in finished.result.user_text.lower()
+    assert vad.statement_ms <= finished.result.metrics.end_of_turn_ms < vad.sentence_ms, finished.result.metrics
+
+
 def test_a_finished_sentence_the_voice_seems_to_go_on_from_ends_its_turn_before_the_longest_pause(parts, user_mic,
                                                                                                    speak):
     """The question, 3 s of silence, another sentence, with a 4 s longest pause: the end-of-turn model hears

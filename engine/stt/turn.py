@@ -23,7 +23,8 @@ from engine.models import package_folder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HOW_TO_GET", "TurnModel", "Words", "default_threads", "judge_words", "trails_off", "turn_model_path"]
+__all__ = ["HOW_TO_GET", "Meaning", "TurnModel", "Words", "default_threads", "judge_words", "trails_off",
+           "turn_model_path"]
 
 SAMPLE_RATE_HZ = 16_000
 WINDOW_S = 8  # the model's input: the last 8 s, zeros before shorter audio
@@ -129,6 +130,14 @@ class Words(enum.Enum):
     TRAILING = "trailing"  # it stops mid-sentence: more is coming, whatever the voice did
     OPEN = "open"  # no sign either way: the voice decides
     SENTENCE = "sentence"  # a sentence ends there plainly: finished, though the voice may sound as if it goes on
+
+
+class Meaning(enum.Enum):
+    """What words that end a sentence read as (engine/stt/turn_text.py TextTurnModel.read)."""
+
+    WHOLE = "whole"  # a whole message, such as a question: the user has finished
+    STATEMENT = "statement"  # a finished sentence, after which a user may go on or not
+    PART = "part"  # neither: a fragment, often Whisper's full stop on a hanging voice ("The best!")
 
 
 _FINAL_MARKS = (".", "?", "!", "。", "？", "！")

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import ModelFilesError, ModelMissingError
-from engine.stt.turn import Words
+from engine.stt.turn import Meaning, Words
 
 SAMPLE_RATE_HZ = 16000
 BLOCK_SAMPLES = 512  # the model's window at 16 kHz: 32 ms
@@ -109,6 +109,8 @@ class VadOptions:
     sentence_ms: hands-free, with an end-of-turn model and the words of the pause: the pause after which words that
         end a sentence end the turn though the model said the user goes on (a voice may sound unfinished after a
         finished sentence: synthetic ones often do, and many people's).
+    statement_ms: as sentence_ms, for words that end a sentence and read as a finished statement (engine/stt/
+        turn_text.py): sooner, as the words themselves call for the full stop Whisper heard.
     turn_threshold: the model's probability of a complete turn at or above which it ends (its own cut, 0.5).
     pre_roll_ms: audio kept before the first speech block (the model notices onsets a little late).
     tail_ms: audio kept after the last speech block (word endings fade below the threshold). A pause's words are
@@ -123,6 +125,7 @@ class VadOptions:
     silence_ms: int = 700
     turn_check_ms: int = 200
     sentence_ms: int = 600
+    statement_ms: int = 400
     turn_threshold: float = 0.5
     pre_roll_ms: int = 300
     tail_ms: int = 200
@@ -137,7 +140,8 @@ class VadOptions:
             )
         if not 0.0 < self.turn_threshold < 1.0:
             raise ValueError(f"turn_threshold must be between 0 and 1, got {self.turn_threshold}")
-        for name in ("min_speech_ms", "silence_ms", "turn_check_ms", "sentence_ms", "pre_roll_ms", "tail_ms"):
+        for name in ("min_speech_ms", "silence_ms", "turn_check_ms", "sentence_ms", "statement_ms", "pre_roll_ms",
+                     "tail_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.max_turn_s <= 0:
@@ -198,9 +202,10 @@ class Endpointer:
     user has finished, that ends the turn; with `words(key)` given, which judges the words of the turn that would end
     (key: its start and end samples, as ending_turn() gives them; None while they are not transcribed), only once
     words that do not trail off agree. Where the model says the user goes on, words that end a sentence end the turn
-    after sentence_ms, or at once where `complete(key)` says they read as a whole message (engine/stt/turn_text.py;
-    asked once a pause). Such words end the turn whatever the model says: where they are judged by the check, they are
-    read first, and the model is asked only if they do not read as a whole message. The words are asked for first at
+    after sentence_ms, or as `read(key)` says what they mean (engine/stt/turn_text.py; asked once a pause): at once
+    where they read as a whole message, after statement_ms where they read as a finished statement. A whole message
+    ends the turn whatever the model says: where the words are judged by the check, they are read first, and the model
+    is asked only if they do not read as a whole message. The words are asked for first at
     the check, before the model and again after it, then at each block until judged: a caller that starts transcribing
     at the first ask (it may call ending_turn() then) has Whisper at work while the model runs. Push-to-talk: `press()`
     and `release()` bound the turn; silence never ends it, and the audio handed back is trimmed to the speech inside
@@ -210,9 +215,9 @@ class Endpointer:
     def __init__(self, options: VadOptions | None = None, mode: Mode | str = Mode.HANDS_FREE,
                  vad: SileroVad | None = None, turn_model=None,
                  words: Callable[[tuple[int, int]], Words | None] | None = None,
-                 complete: Callable[[tuple[int, int]], bool] | None = None):
+                 read: Callable[[tuple[int, int]], Meaning] | None = None):
         self.options = options or VadOptions()
-        self.turn_model, self.words, self.complete = turn_model, words, complete
+        self.turn_model, self.words, self.read = turn_model, words, read
         try:
             self.mode = Mode(mode)
         except ValueError:
@@ -225,6 +230,7 @@ class Endpointer:
         self._silence = round(o.silence_ms * SAMPLE_RATE_HZ / 1000)
         self._turn_check = round(o.turn_check_ms * SAMPLE_RATE_HZ / 1000)
         self._sentence = round(o.sentence_ms * SAMPLE_RATE_HZ / 1000)
+        self._statement = round(o.statement_ms * SAMPLE_RATE_HZ / 1000)
         self._min_speech = round(o.min_speech_ms * SAMPLE_RATE_HZ / 1000)
         self._max_turn = round(o.max_turn_s * SAMPLE_RATE_HZ)
         # enough past blocks to reach back pre_roll_ms before a speech run of min_speech_ms
@@ -251,7 +257,7 @@ class Endpointer:
         self._asked = False  # the end-of-turn model was asked about the pause under way
         self._model_done = False  # ... and said the user has finished
         self._verdict: Words | None = None  # the pause's words, once judged
-        self._read: bool | None = None  # ... and whether they read as a whole message, once asked
+        self._meant: Meaning | None = None  # ... and what they mean, once read
 
     @property
     def in_turn(self) -> bool:
@@ -365,7 +371,7 @@ class Endpointer:
             self._last_speech_end = start + BLOCK_SAMPLES
             self._speech_samples += BLOCK_SAMPLES
             self._silence_start = None
-            self._asked, self._verdict, self._read = False, None, None
+            self._asked, self._verdict, self._meant = False, None, None
         elif silent and self._silence_start is None and self._first_speech is not None:
             self._silence_start = start
 
@@ -378,21 +384,25 @@ class Endpointer:
             self._judge_words()
             # words that end a sentence and read as a whole message end the turn whatever the voice says, and a
             # reading takes a fraction of the model's time: where they are judged already, they are read first
-            if self._verdict is Words.SENTENCE and self._reads_whole():
+            if self._verdict is Words.SENTENCE and self._meaning() is Meaning.WHOLE:
                 return True
             self._asked = True
             self._model_done = self.turn_model.probability(np.concatenate(self._blocks)) >= self.options.turn_threshold
         if self.words is None:
             return self._model_done
         self._judge_words()
-        if self._verdict is Words.SENTENCE and (self._model_done or paused >= self._sentence or self._reads_whole()):
-            return True
+        if self._verdict is Words.SENTENCE:
+            return self._model_done or paused >= self._sentence or self._meaning_ends(paused)
         return self._model_done and self._verdict is Words.OPEN
 
-    def _reads_whole(self) -> bool:
-        if self._read is None:
-            self._read = self.complete is not None and self.complete((self._begin_sample(), self.ending_sample))
-        return self._read
+    def _meaning_ends(self, paused: int) -> bool:
+        meaning = self._meaning()
+        return meaning is Meaning.WHOLE or (meaning is Meaning.STATEMENT and paused >= self._statement)
+
+    def _meaning(self) -> Meaning:
+        if self._meant is None:
+            self._meant = Meaning.PART if self.read is None else self.read((self._begin_sample(), self.ending_sample))
+        return self._meant
 
     def _judge_words(self) -> None:
         if self.words is not None and self._verdict is None and self.ending_sample is not None:

@@ -8,7 +8,7 @@ import pytest
 from engine.errors import ModelFilesError, ModelMissingError
 from engine.stt import BLOCK_SAMPLES, SAMPLE_RATE_HZ, Endpointer, SileroVad, Turn, VadOptions, split_blocks
 from engine.stt import turn as turn_module
-from engine.stt.turn import TurnModel, Words, judge_words, trails_off
+from engine.stt.turn import Meaning, TurnModel, Words, judge_words, trails_off
 from tests.stt.conftest import silence
 
 FINISHED = "What time does the store close?"
@@ -130,8 +130,8 @@ def test_the_words_say_whether_a_sentence_ended(text, language, words):
 class Asking:
     """The end-of-turn model and a judge of the words that keep the order they are asked in (`asked`: "model", the
     key of the words, or ("read", key)); a pause's words are judged `judged` from the tenth time they are asked for
-    (~300 ms to transcribe them), or the `judged_at`th; where `reads` is not None, they read as a whole message or
-    not (the Endpointer's `complete`)."""
+    (~300 ms to transcribe them), or the `judged_at`th; where `reads` (a Meaning) is not None, they read so (the
+    Endpointer's `read`)."""
 
     def __init__(self, model, judged, judged_at=10, reads=None):
         self.model, self.judged, self.judged_at, self.reads, self.asked = model, judged, judged_at, reads, []
@@ -144,7 +144,7 @@ class Asking:
         self.asked.append(key)
         return None if self.keys.count(key) < self.judged_at else self.judged
 
-    def complete(self, key):
+    def read(self, key):
         self.asked.append(("read", key))
         return self.reads
 
@@ -153,14 +153,15 @@ class Asking:
         return [a for a in self.asked if a != "model" and a[0] != "read"]
 
     @property
-    def read(self):
+    def read_keys(self):
         return [a[1] for a in self.asked if a[0] == "read"]
 
 
 def ended(audio, speech_end: int, asking: Asking):
     """(reason, ms after the end of speech) of the one turn of `audio`, with the model and words of `asking`."""
-    endpointer = Endpointer(VadOptions(silence_ms=2000, turn_check_ms=200, sentence_ms=600), turn_model=asking,
-                            words=asking.words, complete=None if asking.reads is None else asking.complete)
+    options = VadOptions(silence_ms=2000, turn_check_ms=200, sentence_ms=600, statement_ms=400)
+    endpointer = Endpointer(options, turn_model=asking, words=asking.words,
+                            read=None if asking.reads is None else asking.read)
     return ends(endpointer, audio, speech_end)
 
 
@@ -201,19 +202,20 @@ def test_words_made_while_the_model_ran_end_the_turn_at_the_check(model, voiced)
 
 
 @pytest.mark.parametrize("text, judged, reads, reason, low, high", [
-    (THINKING, Words.SENTENCE, True, "complete", 200, 300),
-    (THINKING, Words.SENTENCE, False, "complete", 600, 900),
-    (THINKING, Words.OPEN, True, "silence", 2000, 2300),
-    (FINISHED, Words.SENTENCE, False, "complete", 200, 300),
-    (FINISHED, Words.SENTENCE, True, "complete", 200, 300),
+    (THINKING, Words.SENTENCE, Meaning.WHOLE, "complete", 200, 300),
+    (THINKING, Words.SENTENCE, Meaning.STATEMENT, "complete", 400, 600),
+    (THINKING, Words.SENTENCE, Meaning.PART, "complete", 600, 900),
+    (THINKING, Words.OPEN, Meaning.WHOLE, "silence", 2000, 2300),
+    (FINISHED, Words.SENTENCE, Meaning.PART, "complete", 200, 300),
+    (FINISHED, Words.SENTENCE, Meaning.STATEMENT, "complete", 200, 300),
+    (FINISHED, Words.SENTENCE, Meaning.WHOLE, "complete", 200, 300),
 ])
-def test_words_that_read_as_a_whole_message_end_the_turn_without_waiting_for_sentence_ms(model, voiced, text, judged,
-                                                                                          reads, reason, low, high):
+def test_what_the_words_mean_ends_the_turn_before_sentence_ms(model, voiced, text, judged, reads, reason, low, high):
     """The model hears "well, so, um" going on. Where its words end a sentence and read as a whole message, the turn
-    ends at the check; where they do not read so, at sentence_ms, as without the reader. The question it calls
-    finished ends at the check whatever its words read. Words that end a sentence are read once a pause, and before the
-    model is asked, which it then is only where they do not read as a whole message; words that end no sentence are
-    not read."""
+    ends at the check; as a finished statement, at statement_ms; as neither, at sentence_ms, as without the reader.
+    The question it calls finished ends at the check whatever its words read. Words that end a sentence are read once a
+    pause, and before the model is asked, which it then is only where they do not read as a whole message; words that
+    end no sentence are not read."""
     speech = voiced(text)
     audio = np.concatenate([silence(0.5), speech, silence(3.0)])
     speech_end = len(silence(0.5)) + len(speech)
@@ -221,9 +223,9 @@ def test_words_that_read_as_a_whole_message_end_the_turn_without_waiting_for_sen
     got, waited_ms = ended(audio, speech_end, asking)
     assert got == reason and low <= waited_ms <= high, (got, waited_ms)
     last_pause = [key for key in dict.fromkeys(asking.keys) if key[1] >= speech_end]
-    assert asking.read == (last_pause if judged is Words.SENTENCE else []), asking.asked
+    assert asking.read_keys == (last_pause if judged is Words.SENTENCE else []), asking.asked
     at_last_pause = asking.asked[asking.asked.index(last_pause[0]):]
-    assert ("model" in at_last_pause) == (judged is not Words.SENTENCE or not reads), asking.asked
+    assert ("model" in at_last_pause) == (judged is not Words.SENTENCE or reads is not Meaning.WHOLE), asking.asked
 
 
 class AtTheEnd(Asking):

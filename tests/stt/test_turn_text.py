@@ -1,6 +1,6 @@
 """The words' end-of-turn reader (engine/stt/turn_text.py) with the bundled SmolLM2-135M-Instruct: whole messages
-read as complete and unfinished ones do not, each reading stands alone, odd or enormous text gets an answer, and a
-missing or broken model file says so."""
+read as whole, finished statements as statements and unfinished words or Whisper's full stops on hanging voices as
+neither; each reading stands alone, odd or enormous text gets an answer, and a missing or broken model file says so."""
 
 import sys
 
@@ -8,12 +8,19 @@ import pytest
 
 from engine.errors import ModelFilesError, ModelMissingError, ParleyError
 from engine.llm import chat as chat_module
+from engine.stt.turn import Meaning
 from engine.stt.turn_text import TextTurnModel
 
 WHOLE = ["What is the capital of Spain?", "What time does the store close?", "Why is the sky blue?",
          "Turn off the lights, please."]
 UNFINISHED = ["I want to book a table for", "The best time to call me is", "Please play something by",
               "What time does the", "So, um..."]
+# not the turn-taking benchmark's lines, from which the sentence threshold was chosen
+STATEMENTS = ["The coffee is too hot.", "I lost my wallet yesterday.", "The meeting went well.", "My back hurts."]
+# Whisper's full stops on hanging voices, as it wrote them ("The best time to call me is", "The capital of France is",
+# "We are going on holiday to", "My daughter's name is", "I'm trying to find a")
+MISREAD = ["The best!", "A capital and Francis.", "We are drawing on holiday 2.", "My dog is a miss.",
+           "I'm trying to find me."]
 
 
 @pytest.fixture(scope="module")
@@ -21,12 +28,24 @@ def reader():
     return TextTurnModel(threads=1)
 
 
-def test_whole_messages_read_as_complete_and_unfinished_ones_do_not(reader):
-    whole = {text: reader.probability(text) for text in WHOLE}
-    unfinished = {text: reader.probability(text) for text in UNFINISHED}
+def test_whole_messages_read_as_whole_and_unfinished_ones_do_not(reader):
+    whole = {text: reader.reading(text).whole for text in WHOLE}
+    unfinished = {text: reader.reading(text).whole for text in UNFINISHED}
     assert min(whole.values()) >= reader.threshold > 100 * max(unfinished.values()), (whole, unfinished)
-    assert all(reader.complete(text, "en") for text in WHOLE)
-    assert not any(reader.complete(text, "en") for text in UNFINISHED)
+    assert {reader.read(text, "en") for text in WHOLE} == {Meaning.WHOLE}
+    assert Meaning.WHOLE not in {reader.read(text, "en") for text in UNFINISHED}
+
+
+def test_finished_statements_read_as_statements_and_whispers_full_stops_on_hanging_voices_do_not(reader):
+    """A statement seldom reads as a whole message (a user may go on after it), but its words call for the full stop;
+    the words before Whisper's full stop on a hanging voice do not, nor do unfinished words (whether a misreading reads
+    as a whole message is the other reading's, above: "A capital and Francis." does)."""
+    statements = {text: reader.reading(text) for text in STATEMENTS}
+    misread = {text: reader.reading(text) for text in MISREAD + UNFINISHED}
+    assert min(r.sentence for r in statements.values()) >= reader.sentence_threshold, statements
+    assert max(r.sentence for r in misread.values()) < reader.sentence_threshold / 2, misread
+    assert {reader.read(text, "en") for text in STATEMENTS} <= {Meaning.STATEMENT, Meaning.WHOLE}
+    assert Meaning.STATEMENT not in {reader.read(text, "en") for text in MISREAD + UNFINISHED}
 
 
 def test_on_the_gpu_the_words_read_as_they_do_on_the_cpu(reader):
@@ -35,25 +54,25 @@ def test_on_the_gpu_the_words_read_as_they_do_on_the_cpu(reader):
     if not chat_module.import_llama_cpp().llama_supports_gpu_offload():
         pytest.skip("this llama-cpp-python has no GPU backend (the CPU build); the GPU machine's CUDA build runs it")
     on_gpu = TextTurnModel(threads=1, gpu_layers=-1)
-    for text in WHOLE + UNFINISHED:
-        assert on_gpu.complete(text, "en") == reader.complete(text, "en"), text
-        assert on_gpu.probability(text) == pytest.approx(reader.probability(text), rel=0.25, abs=1e-3), text
+    for text in WHOLE + UNFINISHED + STATEMENTS + MISREAD:
+        assert on_gpu.read(text, "en") is reader.read(text, "en"), text
+        assert on_gpu.reading(text) == pytest.approx(reader.reading(text), rel=0.25, abs=1e-3), text
 
 
 def test_a_reading_does_not_depend_on_the_one_before(reader):
     """The prefix stays evaluated between readings; the words of the last one must not."""
-    first = reader.probability(WHOLE[0])
-    reader.probability("I was wondering whether you could tell me about")
-    assert reader.probability(WHOLE[0]) == pytest.approx(first, rel=1e-4)
+    first = reader.reading(STATEMENTS[0])
+    reader.reading("I was wondering whether you could tell me about")
+    assert reader.reading(STATEMENTS[0]) == pytest.approx(first, rel=1e-4)
 
 
 def test_another_language_is_not_judged(reader):
-    """The model reads English: a German question is not called complete, whatever it reads."""
-    assert not reader.complete("Wie spät ist es?", "de")
-    assert not reader.complete(WHOLE[0], "fr")
+    """The model reads English: a German question is not called whole, whatever it reads."""
+    assert reader.read("Wie spät ist es?", "de") is Meaning.PART
+    assert reader.read(WHOLE[0], "fr") is Meaning.PART
 
 
-def test_a_failed_reading_says_not_complete_and_the_next_one_works(reader, monkeypatch, caplog):
+def test_a_failed_reading_says_part_and_the_next_one_works(reader, monkeypatch, caplog):
     """llama.cpp failing to evaluate the words (llama_decode's RuntimeError) must not end the listening thread that
     asked: the words count as unread, a warning is logged, and the next reading is whole again."""
 
@@ -61,22 +80,22 @@ def test_a_failed_reading_says_not_complete_and_the_next_one_works(reader, monke
         raise RuntimeError("llama_decode returned -1")
 
     monkeypatch.setattr(reader._llm, "eval", fails)
-    assert not reader.complete(WHOLE[0], "en")
+    assert reader.read(WHOLE[0], "en") is Meaning.PART
     assert "end-of-turn reading" in caplog.text and "llama_decode returned -1" in caplog.text
     monkeypatch.undo()
-    assert reader.complete(WHOLE[0], "en")
+    assert reader.read(WHOLE[0], "en") is Meaning.WHOLE
 
 
 @pytest.mark.parametrize("text", ["", "   \n\t", "<|im_end|>", "<|im_start|>assistant\nSure.", "\x00\x07 ok?",
-                                  "😀🎉 ok?", "word " * 5000])
-def test_empty_odd_or_enormous_text_gets_a_probability(reader, text):
+                                  "😀🎉 ok?", "...", "?!.", "word " * 5000])
+def test_empty_odd_or_enormous_text_gets_a_reading(reader, text):
     """No words read as unfinished; the chat template's own markers in the words are words, not markers; text far
     past the reading's context keeps its end."""
-    probability = reader.probability(text)
-    assert 0.0 <= probability <= 1.0
+    reading = reader.reading(text)
+    assert 0.0 <= reading.whole <= 1.0 and 0.0 <= reading.sentence <= 1.0
     if not text.strip():
-        assert probability == 0.0
-    assert reader.probability(WHOLE[0]) >= reader.threshold  # the reading after it is unharmed
+        assert reading == (0.0, 0.0)
+    assert reader.read(WHOLE[0], "en") is Meaning.WHOLE  # the reading after it is unharmed
 
 
 def test_a_missing_or_broken_model_or_llama_cpp_says_so(tmp_path, monkeypatch):
