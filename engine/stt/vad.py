@@ -205,11 +205,11 @@ class Endpointer:
     after sentence_ms, or as `read(key)` says what they mean (engine/stt/turn_text.py; asked once a pause): at once
     where they read as a whole message, after statement_ms where they read as a finished statement. A whole message
     ends the turn whatever the model says: where the words are judged by the check, they are read first, and the model
-    is asked only if they do not read as a whole message. The words are asked for first at
-    the check, before the model and again after it, then at each block until judged: a caller that starts transcribing
-    at the first ask (it may call ending_turn() then) has Whisper at work while the model runs. Push-to-talk: `press()`
-    and `release()` bound the turn; silence never ends it, and the audio handed back is trimmed to the speech inside
-    (plus pre-roll and tail). Not thread-safe: one capture loop feeds it.
+    is asked only if they do not read as a whole message. The words are asked for first at the check, before the model
+    and again after it, then at each block until judged: a caller that starts transcribing at the first ask (it may
+    call ending_turn() then) has Whisper at work while the model runs. Push-to-talk: `press()` and `release()` bound
+    the turn; silence never ends it, and the audio handed back is trimmed to the speech inside (plus pre-roll and
+    tail). Not thread-safe: one capture loop feeds it.
     """
 
     def __init__(self, options: VadOptions | None = None, mode: Mode | str = Mode.HANDS_FREE,
