@@ -605,14 +605,15 @@ def test_a_finished_statement_ends_its_turn_after_statement_ms_not_sentence_ms(p
     from tests.stt.conftest import silence, voiced_span
 
     statement, model, reader = "I lost my wallet yesterday.", TurnModel(), TextTurnModel(threads=1)
-    lo, hi = voiced_span(speak(statement))
-    assert model.probability(np.concatenate([speak(statement)[lo:hi], silence(0.2)])) < 0.5
+    spoken = speak(statement)
+    lo, hi = voiced_span(spoken)
+    assert model.probability(np.concatenate([spoken[lo:hi], silence(0.2)])) < 0.5
     assert reader.read(statement, "en") is Meaning.STATEMENT
     dialogue, mic = parts
     vad = VadOptions(silence_ms=6000, sentence_ms=4000, statement_ms=400)
     loop, events = run_loop(dialogue, mic, model, reader, vad=vad)
     with loop:
-        user_mic(speak(statement))
+        user_mic(spoken)
         finished = events.wait_for(TurnFinished)
     assert "wallet" in finished.result.user_text.lower()
     assert vad.statement_ms <= finished.result.metrics.end_of_turn_ms < vad.sentence_ms, finished.result.metrics
