@@ -58,6 +58,19 @@ __device__ __forceinline__ float dot8(const uint4& raw, const float* x) {
   return acc;
 }
 
+// 8 fp32 inputs at a 32-byte aligned address in shared memory, as two 16-byte loads: scalar loads of a lane's 8
+// (lanes 32 bytes apart) would hit the same 4 banks from 8 lanes each.
+struct X8 {
+  float4 lo, hi;
+};
+__device__ __forceinline__ X8 x4(const float* x) {
+  return {*reinterpret_cast<const float4*>(x), *reinterpret_cast<const float4*>(x + 4)};
+}
+__device__ __forceinline__ float dot8(const uint4& raw, const X8& x) {
+  const float in[8] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w, x.hi.x, x.hi.y, x.hi.z, x.hi.w};
+  return dot8(raw, in);
+}
+
 // Weights are read once per step: a read-only, L1-bypassing 16-byte load.
 __device__ __forceinline__ uint4 load_weights(const __nv_bfloat16* w) {
   uint4 r;
@@ -182,7 +195,7 @@ __device__ __forceinline__ void grid_matvec(int rows, int K, const float* x, Row
 #pragma unroll
           for (int u = 0; u < kPerRow; ++u) {
             const int k = base + u * 32 * kVec;
-            if (w[i] != nullptr && k < K) acc[t][i] += dot8(a[i][u], x + t * K + k);
+            if (w[i] != nullptr && k < K) acc[t][i] += dot8(a[i][u], x4(x + t * K + k));
           }
       if (first) probe(kFirstBatchUsed, acc[0][0]), first = false;
       if ((base += kBatch) >= K) break;
