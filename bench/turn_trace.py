@@ -32,7 +32,7 @@ class Trace:
         self._timed(Transcriber, "transcribe", lambda r, a, k: f'stt {len(a[1]) / 16000:.1f} s "{r.text[:40]}"')
         self._timed(Transcriber, "_detect_language", lambda r, a, k: f"language {max(r, key=r.get)}")
         self._timed(TurnModel, "probability", lambda r, a, k: f"voice {r:.2f}")
-        self._timed(TextTurnModel, "probability", lambda r, a, k: f"words {r:.2f}")
+        self._timed(TextTurnModel, "reading", lambda r, a, k: f"words whole {r.whole:.2f} sentence {r.sentence:.2f}")
         self._timed(TTSEngine, "stream", lambda r, a, k: f'clause "{a[1][:30]}"')
         self._timed(VoiceLoop, "provisional", lambda r, a, k: "pause" if a[1] is not None else "speech again")
         self._timed(Reply, "__init__", lambda r, a, k: "reply asked")
