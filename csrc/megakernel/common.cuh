@@ -63,7 +63,7 @@ __device__ __forceinline__ float dot8(const uint4& raw, const float* x) {
 struct X8 {
   float4 lo, hi;
 };
-__device__ __forceinline__ X8 x4(const float* x) {
+__device__ __forceinline__ X8 load_x8(const float* x) {
   return {*reinterpret_cast<const float4*>(x), *reinterpret_cast<const float4*>(x + 4)};
 }
 __device__ __forceinline__ float dot8(const uint4& raw, const X8& x) {
@@ -195,7 +195,7 @@ __device__ __forceinline__ void grid_matvec(int rows, int K, const float* x, Row
 #pragma unroll
           for (int u = 0; u < kPerRow; ++u) {
             const int k = base + u * 32 * kVec;
-            if (w[i] != nullptr && k < K) acc[t][i] += dot8(a[i][u], x4(x + t * K + k));
+            if (w[i] != nullptr && k < K) acc[t][i] += dot8(a[i][u], load_x8(x + t * K + k));
           }
       if (first) probe(kFirstBatchUsed, acc[0][0]), first = false;
       if ((base += kBatch) >= K) break;
