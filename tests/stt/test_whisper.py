@@ -41,7 +41,10 @@ def test_detects_english_when_no_language_is_fixed(speak, transcriber):
 
 def test_a_detected_language_costs_no_second_encoder_pass(speak, transcriber):
     """Detecting the language encodes the turn's window once, for the detection and the decoding both (faster-whisper
-    alone encodes it twice), and finds what faster-whisper's own detection finds, in English and in German."""
+    alone encodes it twice), and finds what faster-whisper's own detection finds, in English and in German: the same
+    language and words, and for the window the decoding reads the same confidence. faster-whisper's own transcription
+    detects on a window one feature frame longer, which moves the German line's confidence by 0.03-0.11 with the CPU's
+    int8 kernels (AVX2 or AVX-512), so against that only a wide bound holds."""
     passes, heard = [], transcriber.heard_language
     encode = transcriber._model.encode  # the model's encode, with its last result kept
     count = encode._encode
@@ -58,7 +61,10 @@ def test_a_detected_language_costs_no_second_encoder_pass(speak, transcriber):
                                                            temperature=0.0,
                                                            initial_prompt=_VERBATIM_PROMPTS.get(transcript.language))
             assert (transcript.language, transcript.text) == (info.language, " ".join(s.text.strip() for s in segments))
-            assert transcript.language_probability == pytest.approx(info.language_probability, abs=0.05)
+            features = transcriber._model.feature_extractor(audio)
+            language, probability, _ = transcriber._model.detect_language(features=features[:, :-1])
+            assert (transcript.language, transcript.language_probability) == (language, pytest.approx(probability))
+            assert transcript.language_probability == pytest.approx(info.language_probability, abs=0.15)
     finally:
         encode._encode, transcriber.heard_language = count, heard
 
