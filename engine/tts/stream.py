@@ -253,13 +253,15 @@ class TTSEngine:
 
         def speak(cancelled: threading.Event, stream: TTSStream) -> Iterator[Chunk]:
             """The utterance's chunks; the work between two of them is one turn (run, below)."""
-            model, codec = self.model, self._codec_stream(resolved)
+            model, codec = self.model, None
             size = 1
             for index, segment in enumerate(segments):
                 while True:  # once more on the CPU if the GPU runs out of memory, in this stream or another
                     try:
                         if self.model is not model:
                             raise _Moved
+                        if codec is None:  # its state is GPU memory too, which may run out as well
+                            codec = self._codec_stream(resolved)
                         frames = self._checked(
                             self._frames(segment, resolved, seed ^ (index * 0x9E3779B9 & 0xFFFFFFFF), sampling,
                                          whole_text, cancelled, chunk_frames), seed, index)
@@ -296,7 +298,7 @@ class TTSEngine:
                         stream.notice = GPUUnavailableError(
                             "the GPU ran out of memory while speaking another utterance; Parley speaks on the CPU "
                             "from now on (slower) and started this sentence again")
-                    model, codec = self.model, self._codec_stream(resolved)
+                    model, codec = self.model, None
                 if cancelled.is_set():
                     return
 
