@@ -192,16 +192,10 @@ __device__ void batch_body(const BatchParams& b, StreamsState& st, float* smem, 
           });
     }
     // each live stream's next talker input: its 16 codebook embeddings + its frame's text-track input
-    for (int s = blockIdx.x; s < S; s += gridDim.x) {
-      if (!st.live[s]) continue;
-      const int64_t* own = codes(s, f);
-      const float* text = b.text_inputs + (static_cast<int64_t>(s) * b.frames + f) * H;
-      for (int i = threadIdx.x; i < H; i += blockDim.x) {
-        float sum = 0.f;
-        for (int j = 0; j < G; ++j) sum += __bfloat162float(table(p, j)[own[j] * H + i]);
-        b.talker_in[s * H + i] = sum + text[i];
-      }
-    }
+    for (int s = blockIdx.x; s < S; s += gridDim.x)
+      if (st.live[s])
+        next_talker_input(p, codes(s, f), b.text_inputs + (static_cast<int64_t>(s) * b.frames + f) * H,
+                          b.talker_in + s * H);
     if (f + 1 < b.frames) barrier(grid, kFrameEnd);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0)

@@ -220,20 +220,49 @@ __device__ __forceinline__ void grid_matvec(int rows, int K, const float* x, Row
   probe(kRowsDone);
 }
 
-// Copy n fp32 values from global into shared memory (whole block).
+// Copy n fp32 values from global into shared memory (whole block). Where both ends are 16-byte aligned the copies go
+// as 16-byte cp.async, all in flight before one wait: a load then a store per value waited for one round trip to
+// memory per value a thread holds. The copies read through L2 (.cg), where the other blocks' writes are.
 __device__ __forceinline__ void load_shared(float* dst, const float* src, int n) {
-  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+  int i = threadIdx.x;
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
+    const int quads = n / 4;
+    for (; i < quads; i += blockDim.x) {
+      const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst + 4 * i));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(src + 4 * i) : "memory");
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    i = 4 * quads + threadIdx.x;
+  }
+  for (; i < n; i += blockDim.x) dst[i] = src[i];
   __syncthreads();
+}
+
+// block_sum of T values a thread at once, with one pair of barriers rather than T: sums[t] gets value t's sum, in
+// block_sum's order (bit for bit). `scratch` holds T * kWarps floats.
+template <int T>
+__device__ __forceinline__ void block_sums(float (&v)[T], float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int t = 0; t < T; ++t) v[t] = warp_sum(v[t]);
+  __syncthreads();
+  if (lane == 0)
+#pragma unroll
+    for (int t = 0; t < T; ++t) scratch[t * kWarps + warp] = v[t];
+  __syncthreads();
+#pragma unroll
+  for (int t = 0; t < T; ++t) v[t] = warp_sum(lane < kWarps ? scratch[t * kWarps + lane] : 0.f);
 }
 
 // dst <- RMSNorm(src) * w in shared memory for T vectors of n fp32 (token t's at src + t * n in global memory, at
 // dst + t * n): the vectors' and the norm weights' loads are issued together, so a stage waits for one round trip,
-// not two.
+// not two, and the T sums of squares share one pair of barriers. `scratch` holds T * kWarps floats.
 template <int T = 1>
 __device__ __forceinline__ void load_normed(float* dst, const float* src, const __nv_bfloat16* w, int n, float eps,
                                             float* scratch) {
+  static_assert(T <= kMaxTokens, "scratch holds kMaxTokens sums");
   constexpr int per_thread = kMaxNormed / kThreads;
-  float v[T][per_thread], g[per_thread];
+  float v[T][per_thread], g[per_thread], ss[T];
 #pragma unroll
   for (int j = 0; j < per_thread; ++j) {
     const int i = threadIdx.x + j * kThreads;
@@ -243,10 +272,14 @@ __device__ __forceinline__ void load_normed(float* dst, const float* src, const 
   }
 #pragma unroll
   for (int t = 0; t < T; ++t) {
-    float ss = 0.f;
+    ss[t] = 0.f;
 #pragma unroll
-    for (int j = 0; j < per_thread; ++j) ss += v[t][j] * v[t][j];
-    const float scale = rsqrtf(block_sum(ss, scratch) / n + eps);
+    for (int j = 0; j < per_thread; ++j) ss[t] += v[t][j] * v[t][j];
+  }
+  block_sums<T>(ss, scratch);
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    const float scale = rsqrtf(ss[t] / n + eps);
 #pragma unroll
     for (int j = 0; j < per_thread; ++j) {
       const int i = threadIdx.x + j * kThreads;

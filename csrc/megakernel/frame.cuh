@@ -136,11 +136,49 @@ __device__ __forceinline__ const __nv_bfloat16* table(const FrameParams& p, int 
   return reinterpret_cast<const __nv_bfloat16*>(p.embeddings[group]);
 }
 
-// Block 0: dst[0..n) <- embedding row `code` of codebook `group` in fp32.
+// Block 0: dst[0..H) <- embedding row `code` of codebook `group` in fp32, 8 values a thread from one 16-byte load (H is
+// a multiple of 8; the binding checks): a bf16 at a time, a thread waited for 4 round trips to memory one after
+// another, before each of the predictor's passes.
 __device__ __forceinline__ void embedding_row(const FrameParams& p, int group, int64_t code, float* dst) {
   const int H = p.talker.hidden;
   const __nv_bfloat16* row = table(p, group) + code * H;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) dst[i] = __bfloat162float(row[i]);
+  for (int i = kVec * threadIdx.x; i < H; i += kVec * blockDim.x) {
+    const uint4 raw = load_weights(row + i);
+    const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    const float2 a = __bfloat1622float2(pair[0]), b = __bfloat1622float2(pair[1]);
+    const float2 c = __bfloat1622float2(pair[2]), d = __bfloat1622float2(pair[3]);
+    *reinterpret_cast<float4*>(dst + i) = make_float4(a.x, a.y, b.x, b.y);
+    *reinterpret_cast<float4*>(dst + i + 4) = make_float4(c.x, c.y, d.x, d.y);
+  }
+}
+
+// One block: dst[0..H) <- the codebook embeddings of `codes` summed in codebook order, + text (the next talker step's
+// input). A thread takes 8 values and issues 8 codebooks' 16-byte loads before it adds any: a codebook at a time, the
+// sum waited for a round trip to memory per codebook.
+__device__ __forceinline__ void next_talker_input(const FrameParams& p, const int64_t* codes, const float* text,
+                                                  float* dst) {
+  constexpr int kInFlight = 8;
+  const int H = p.talker.hidden, G = p.groups;
+  for (int i = kVec * threadIdx.x; i < H; i += kVec * blockDim.x) {
+    float sum[kVec] = {};
+    for (int j0 = 0; j0 < G; j0 += kInFlight) {
+      uint4 raw[kInFlight];
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j)
+        raw[j] = j0 + j < G ? load_weights(table(p, j0 + j) + __ldcg(codes + j0 + j) * H + i) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw[j]);
+#pragma unroll
+        for (int e = 0; e < kVec / 2; ++e) {
+          const float2 f = __bfloat1622float2(pair[e]);
+          if (j0 + j < G) sum[2 * e] += f.x, sum[2 * e + 1] += f.y;
+        }
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) dst[i + e] = sum[e] + text[i + e];
+  }
 }
 
 // The predictor's input for a pass of T tokens from talker-wide source vectors (token t's at src + t * talker
@@ -240,13 +278,7 @@ __device__ void frames_body(const FrameParams& p, float* smem, float* scratch, P
           });
     }
     // the next talker step's input: the 16 codebook embeddings + this frame's text-track input
-    if (blockIdx.x == 0) {
-      for (int i = threadIdx.x; i < H; i += blockDim.x) {
-        float sum = 0.f;
-        for (int j = 0; j < G; ++j) sum += __bfloat162float(table(p, j)[codes[j] * H + i]);
-        p.talker_in[i] = sum + p.text_inputs[static_cast<int64_t>(f) * H + i];
-      }
-    }
+    if (blockIdx.x == 0) next_talker_input(p, codes, p.text_inputs + static_cast<int64_t>(f) * H, p.talker_in);
     if (f + 1 < p.frames) barrier(grid, kFrameEnd);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.frames_done = p.frames;

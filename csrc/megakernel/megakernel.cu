@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 __global__ void __launch_bounds__(kThreads, 1) frames_kernel(FrameParams params) {
   extern __shared__ float smem[];
-  __shared__ float scratch[kWarps];
+  __shared__ float scratch[kMaxTokens * kWarps];  // load_normed's sums of a step's tokens
   __shared__ PickScratch pick_scratch;
   __shared__ FrameParams p;
   __shared__ LayerWeights layers[kMaxLayers];
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, 1) frames_kernel(FrameParams params)
 template <int S>
 __global__ void __launch_bounds__(kThreads, 1) batch_kernel(BatchParams params) {
   extern __shared__ float smem[];
-  __shared__ float scratch[kWarps];
+  __shared__ float scratch[kMaxTokens * kWarps];  // load_normed's sums of a step's tokens
   __shared__ PickScratch pick_scratch;
   __shared__ BatchParams b;
   __shared__ StreamsState state;

@@ -73,6 +73,7 @@ struct FrameParams {
 // tables, eos_id, suppress, and scratch for `streams` tokens of the talker, 2 x `streams` of the predictor, logits and
 // predictor inputs for each stream); its per-launch fields are unused. What each stream has of its own:
 constexpr int kMaxStreams = 4;
+constexpr int kMaxTokens = 2 * kMaxStreams;  // tokens a stack step takes at most: the predictor's first pass
 struct StreamParams {
   __nv_bfloat16 *cache_k, *cache_v;  // its talker cache (layers, kv_heads, capacity, head_dim)
   int capacity;
