@@ -83,12 +83,7 @@ __device__ void heads_and_picks(const BatchParams& b, const StreamsState& st, co
   barrier(grid, tag);
   for (int s = blockIdx.x; s < S; s += gridDim.x) {
     if (!st.live[s]) continue;
-    // a NaN logit (a broken model) is -inf, never the largest value (sampling.py _no_nan)
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float x = __ldcg(logits + s * vocab + i);
-      smem[i] = isnan(x) ? -INFINITY : x;
-    }
-    __syncthreads();
+    load_logits(smem, logits + s * vocab, vocab);
     adjust(s, smem);
     const int code = pick(smem, vocab, pick_params(s), key(s), ps);
     if (threadIdx.x == 0) *slot(s) = code;

@@ -196,6 +196,15 @@ __device__ const float* predictor_input(const FrameParams& p, const float* src, 
   return p.predictor_in;
 }
 
+// One block: dst[0..vocab) <- logits written by the grid (load_shared: all of them in flight at once), a NaN (a broken
+// model) as -inf, never the largest value (sampling.py _no_nan).
+__device__ __forceinline__ void load_logits(float* dst, const float* logits, int vocab) {
+  load_shared(dst, logits, vocab);
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+    if (isnan(dst[i])) dst[i] = -INFINITY;
+  __syncthreads();
+}
+
 // Logits of one head over the grid (its input x put in every block's shared memory, smem, by prepare_x),
 // then block 0 adjusts them, picks into *slot, reusing smem for the logits (x is spent by then), and calls
 // picked(code). Ends with a barrier, after which *slot and what picked() wrote are visible to every block.
@@ -208,12 +217,7 @@ __device__ int64_t head_and_pick(const __nv_bfloat16* W, int vocab, int K, PickP
               [&](int r, int, float d) { p.logits[r] = d; });
   barrier(grid, tag);
   if (blockIdx.x == 0) {
-    // a NaN logit (a broken model) is -inf, never the largest value (sampling.py _no_nan)
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float x = __ldcg(p.logits + i);
-      smem[i] = isnan(x) ? -INFINITY : x;
-    }
-    __syncthreads();
+    load_logits(smem, p.logits, vocab);
     adjust(smem);
     const int code = pick(smem, vocab, pp, key, s);
     if (threadIdx.x == 0) *slot = code;
