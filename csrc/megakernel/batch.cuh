@@ -139,16 +139,8 @@ __device__ void batch_body(const BatchParams& b, StreamsState& st, float* smem, 
         [&](int s) { return codes(s, f); }, [&](int s) { return b.stream[s].talker_pick; },
         [&](int s, float* v) {
           const StreamParams& own = b.stream[s];
-          const uint8_t* seen = b.seen + static_cast<int64_t>(s) * p.talker_vocab;
-          const bool early = own.frame0 + f < own.min_frames;
-          for (int i = threadIdx.x; i < p.talker_vocab; i += blockDim.x) {
-            float x = v[i];
-            if (own.repetition_penalty != 1.f && seen[i]) x = x < 0.f ? x * own.repetition_penalty
-                                                                      : x / own.repetition_penalty;
-            if (p.suppress[i] || (early && i == p.eos_id)) x = -INFINITY;
-            v[i] = x;
-          }
-          __syncthreads();
+          adjust_talker(v, p.talker_vocab, b.seen + static_cast<int64_t>(s) * p.talker_vocab, p.suppress,
+                        own.repetition_penalty, own.frame0 + f < own.min_frames, p.eos_id);
         },
         [&](int s, int code) {
           embedding_row(p, 0, code, p.predictor_src + (2 * s + 1) * H);

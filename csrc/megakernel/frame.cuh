@@ -196,6 +196,33 @@ __device__ const float* predictor_input(const FrameParams& p, const float* src, 
   return p.predictor_in;
 }
 
+// One block: codebook 0's logits v adjusted as sampling.py Sampler.talker does: the repetition penalty on codes seen,
+// -inf for suppressed codes and for EOS while `early` (before min_frames). A thread's flags of 4 codes load together:
+// a code at a time, each waited for its own round trips to memory.
+__device__ __forceinline__ void adjust_talker(float* v, int vocab, const uint8_t* seen, const uint8_t* suppress,
+                                              float penalty, bool early, int eos_id) {
+  constexpr int kCodes = 4;
+  for (int i0 = threadIdx.x; i0 < vocab; i0 += kCodes * blockDim.x) {
+    uint8_t was_seen[kCodes], suppressed[kCodes];
+#pragma unroll
+    for (int u = 0; u < kCodes; ++u) {
+      const int i = i0 + u * blockDim.x;
+      was_seen[u] = i < vocab && penalty != 1.f ? seen[i] : 0;
+      suppressed[u] = i < vocab ? suppress[i] : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kCodes; ++u) {
+      const int i = i0 + u * blockDim.x;
+      if (i >= vocab) break;
+      float x = v[i];
+      if (was_seen[u]) x = x < 0.f ? x * penalty : x / penalty;
+      if (suppressed[u] || (early && i == eos_id)) x = -INFINITY;
+      v[i] = x;
+    }
+  }
+  __syncthreads();
+}
+
 // One block: dst[0..vocab) <- logits written by the grid (load_shared: all of them in flight at once), a NaN (a broken
 // model) as -inf, never the largest value (sampling.py _no_nan).
 __device__ __forceinline__ void load_logits(float* dst, const float* logits, int vocab) {
@@ -252,14 +279,7 @@ __device__ void frames_body(const FrameParams& p, float* smem, float* scratch, P
             }
         },
         [&](float* v) {
-          const float penalty = p.repetition_penalty;
-          for (int i = threadIdx.x; i < p.talker_vocab; i += blockDim.x) {
-            float x = v[i];
-            if (penalty != 1.f && p.seen[i]) x = x < 0.f ? x * penalty : x / penalty;
-            if (p.suppress[i] || (frame < p.min_frames && i == p.eos_id)) x = -INFINITY;
-            v[i] = x;
-          }
-          __syncthreads();
+          adjust_talker(v, p.talker_vocab, p.seen, p.suppress, p.repetition_penalty, frame < p.min_frames, p.eos_id);
         },
         [&](int code) { embedding_row(p, 0, code, p.predictor_src + H); });
     if (code0 == p.eos_id) {
