@@ -5,7 +5,7 @@ at each grid barrier and when it leaves. A stage's time is from leaving the barr
 leaving its own; "block 0 waits" is the part block 0 spent at the barrier (the rest of the grid still
 working, or the barrier itself). Frames run as the engine runs them (sampled, `--per-launch` a launch);
 the frame time without the trace is measured in the same run, so the trace's own cost shows. With `--streams`
-2 or 4, the launches are the batch kernel's (BatchKernel), that many utterances at once, so a stage's table beside
+2, 4 or 8, the launches are the batch kernel's (BatchKernel), that many utterances at once, so a stage's table beside
 the one-utterance table shows what each utterance more costs it.
 
 With --probes the kernel is built from a copy of its sources with MK_PROBES defined, and block 0's thread 0
@@ -13,7 +13,7 @@ also stamps points inside the stages (common.cuh `probe`: weights issued, input 
 weights used, rows done; in attention, q loaded, normed and rotated, scores, softmax, done): a second
 table gives each point's time from the stage's start, p50.
 
-    python bench/megakernel_trace.py --size 0.6b [--probes] [--streams 1,2,4]
+    python bench/megakernel_trace.py --size 0.6b [--probes] [--streams 1,2,4,8]
 """
 
 from __future__ import annotations

@@ -8,11 +8,11 @@ batched frame (median), frames a second over the batch, and x-real-time over the
 speech). Baseline in the same run: B = 1, which is exactly the engine's one-utterance path.
 
 With --kernel (CUDA): the megakernel's frames instead, 4 a launch, EOS held back: B = 1 is FrameKernel's launch (the
-engine's one-utterance path, the baseline), B = 2 and 4 BatchKernel's, which reads every weight once for the batch.
+engine's one-utterance path, the baseline), B = 2, 4 and 8 BatchKernel's, which reads every weight once for the batch.
 
     python bench/tts_batch.py                                 # tiny checkpoint, CPU
     python bench/tts_batch.py --size 0.6b --batches 1,2,4,8
-    python bench/tts_batch.py --size 0.6b --device cuda --kernel --batches 1,2,4
+    python bench/tts_batch.py --size 0.6b --device cuda --kernel --batches 1,2,4,8
 """
 
 from __future__ import annotations

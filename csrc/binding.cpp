@@ -273,7 +273,7 @@ mk::StreamParams make_stream(torch::Tensor talker_k, torch::Tensor talker_v, int
 }
 
 // Up to `frames` decode frames of each stream in one launch of the S-stream kernel (batch.cuh; S from make_frames's
-// streams, 2 or 4), each stream as run_frames would make them alone. Stream s's rows, at index s of: predictor_k/v
+// streams, 2, 4 or 8), each stream as run_frames would make them alone. Stream s's rows, at index s of: predictor_k/v
 // (S, predictor layers, kv_heads, groups, head_dim), seen uint8 (S, talker vocab), text_inputs (S, frames, talker
 // hidden), hidden and talker_in (S, talker hidden), codes int64 (S, frames, groups), frames_done int32 (S).
 void run_batch(mk::FrameParams p, std::vector<mk::StreamParams> streams, torch::Tensor predictor_k,
@@ -281,7 +281,7 @@ void run_batch(mk::FrameParams p, std::vector<mk::StreamParams> streams, torch::
                torch::Tensor text_inputs, torch::Tensor hidden, torch::Tensor talker_in, torch::Tensor codes,
                torch::Tensor frames_done, int64_t blocks) {
   const int64_t S = p.talker.tokens, n = static_cast<int64_t>(streams.size());
-  MK_CHECK(S == 2 || S == 4, "run_batch takes frame params made for 2 or 4 streams, these are for ", S);
+  MK_CHECK(S == 2 || S == 4 || S == 8, "run_batch takes frame params made for 2, 4 or 8 streams, these are for ", S);
   MK_CHECK(n >= 1 && n <= S, "a launch of these frame params takes 1 to ", S, " streams, got ", n);
   MK_CHECK(codes.dim() == 3 && codes.size(0) == S && codes.size(2) == p.groups,
            "codes must be (streams, frames, groups)");

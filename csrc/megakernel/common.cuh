@@ -261,6 +261,12 @@ template <int T = 1>
 __device__ __forceinline__ void load_normed(float* dst, const float* src, const __nv_bfloat16* w, int n, float eps,
                                             float* scratch) {
   static_assert(T <= kMaxTokens, "scratch holds kMaxTokens sums");
+  constexpr int kGroup = 8;  // tokens whose values a thread holds at once: 16 (8 streams' first predictor pass) spill
+  if constexpr (T > kGroup) {
+    static_assert(T % kGroup == 0, "whole groups of tokens");
+    for (int t = 0; t < T; t += kGroup) load_normed<kGroup>(dst + t * n, src + t * n, w, n, eps, scratch);
+    return;
+  }
   constexpr int per_thread = kMaxNormed / kThreads;
   float v[T][per_thread], g[per_thread], ss[T];
 #pragma unroll

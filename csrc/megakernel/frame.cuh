@@ -189,7 +189,7 @@ __device__ const float* predictor_input(const FrameParams& p, const float* src, 
   if (p.proj_w == nullptr) return src;
   cg::grid_group grid = cg::this_grid();
   const int H = p.talker.hidden, Hp = p.predictor.hidden;
-  grid_matvec<2, 8, T>(
+  grid_matvec<(T > 8 ? 1 : 2), (T > 8 ? 4 : 8), T>(  // a row a warp at 16 tokens: no spills
       Hp, H, smem, [&](int r) { return row_of(p.proj_w, r, H); }, [&] { load_shared(smem, src, T * H); },
       [&](int r, int t, float d) { p.predictor_in[t * Hp + r] = d + __bfloat162float(p.proj_b[r]); });
   barrier(grid, kProjection);

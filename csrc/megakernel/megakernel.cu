@@ -122,18 +122,28 @@ size_t batch_shared_bytes(const BatchParams& b, int S) {
 }
 
 static const void* batch_kernel_for(int S) {
-  return S == 2 ? reinterpret_cast<const void*>(batch_kernel<2>)
-                : (S == 4 ? reinterpret_cast<const void*>(batch_kernel<4>) : nullptr);
+  switch (S) {
+    case 2: return reinterpret_cast<const void*>(batch_kernel<2>);
+    case 4: return reinterpret_cast<const void*>(batch_kernel<4>);
+    case 8: return reinterpret_cast<const void*>(batch_kernel<8>);
+    default: return nullptr;
+  }
 }
 
 // One block per SM, and only where every block fits co-resident (a cooperative launch needs all of them
 // resident): every SM streams weights, none waits on another.
 static cudaError_t coresident_blocks(const void* kernel, size_t smem, int* blocks) {
-  int device = 0, sms = 0, per_sm = 0;
+  int device = 0, sms = 0, per_sm = 0, optin = 0;
+  cudaFuncAttributes attributes{};
+  *blocks = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attributes, kernel);
+  // more than a block may have (8 streams' scratch on an sm_80 part): none fits, and no failed call leaves its error
+  // for the next launch to find
+  if (e != cudaSuccess || smem + attributes.sharedSizeBytes > static_cast<size_t>(optin)) return e;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
   *blocks = per_sm < 1 ? 0 : sms;
   return e;

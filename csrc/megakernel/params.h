@@ -72,7 +72,7 @@ struct FrameParams {
 // Several streams' frames in one launch (batch.cuh): BatchParams.frame holds what they share (the weights, heads,
 // tables, eos_id, suppress, and scratch for `streams` tokens of the talker, 2 x `streams` of the predictor, logits and
 // predictor inputs for each stream); its per-launch fields are unused. What each stream has of its own:
-constexpr int kMaxStreams = 4;
+constexpr int kMaxStreams = 8;
 constexpr int kMaxTokens = 2 * kMaxStreams;  // tokens a stack step takes at most: the predictor's first pass
 struct StreamParams {
   __nv_bfloat16 *cache_k, *cache_v;  // its talker cache (layers, kv_heads, capacity, head_dim)
@@ -118,7 +118,7 @@ cudaError_t frame_coresident_blocks(size_t smem, int* blocks);
 cudaError_t launch_decoder_step(const StackParams& p, int pos, const float* x_in, float* out, int blocks,
                                 cudaStream_t stream);
 cudaError_t launch_frames(const FrameParams& p, int blocks, cudaStream_t stream);
-// S streams a launch, for S = 2 and 4 (batch.cuh); a launch of fewer streams leaves the rest of its S unused.
+// S streams a launch, for S = 2, 4 and 8 (batch.cuh); a launch of fewer streams leaves the rest of its S unused.
 size_t batch_shared_bytes(const BatchParams& p, int S);
 cudaError_t batch_coresident_blocks(int S, size_t smem, int* blocks);
 cudaError_t launch_batch(const BatchParams& p, int S, int blocks, cudaStream_t stream);

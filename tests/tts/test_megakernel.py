@@ -539,7 +539,8 @@ def test_batched_utterances_each_give_their_codes_alone(tiny_checkpoint, full_ch
     launches, wait for a place (one more utterance than a launch takes), and leave at their cap or at EOS; the tiny
     shapes and the full-size 0.6B."""
     torch.backends.cuda.matmul.allow_tf32 = False
-    count, joins, caps = streams + 1, [0, 0, 2, 3, 5], [40, 12, 40, 25, 30]
+    count = streams + 1
+    joins, caps = [0, 0, 2, 3, 5, 1, 4, 6, 2][:count], [40, 12, 40, 25, 30, 18, 36, 22, 28][:count]
     for checkpoint in (tiny_checkpoint, full_checkpoint):
         fast = load_tts(checkpoint, device="cuda", megakernel=True)
         batch = BatchKernel(fast.model, streams)

@@ -44,10 +44,13 @@ class Batcher:
         # a kernel a batch size, the smallest that holds a launch's utterances taking it: every one of its slots
         # costs a launch about as much as an utterance does
         self._batches: list[BatchKernel] = []
-        try:
-            self._batches = [BatchKernel(model, size) for size in BatchKernel.SIZES]
-        except RuntimeError as e:  # a GPU whose SMs cannot hold one: each utterance launches alone
-            log.warning("utterances spoken at once launch the speech kernel one at a time: %s", e)
+        for size in BatchKernel.SIZES:
+            try:
+                self._batches.append(BatchKernel(model, size))
+            except RuntimeError as e:  # a GPU whose SMs cannot hold this size (its scratch grows with it)
+                log.warning("a launch of the speech kernel makes frames for %d utterances at most: %s",
+                            self._batches[-1].streams if self._batches else 1, e)
+                break
         self._lock = threading.Lock()  # the utterances under way; held through a launch, which reads their state
         self._under_way: list[_Utterance] = []
         self.shared_launches = 0  # launches that made frames for more than one utterance

@@ -234,14 +234,14 @@ class FrameKernel:
 
 
 class BatchKernel:
-    """Whole decode frames of up to `streams` utterances (2 or 4) in one launch (csrc/megakernel/batch.cuh): each
+    """Whole decode frames of up to `streams` utterances (2, 4 or 8) in one launch (csrc/megakernel/batch.cuh): each
     weight is read once for all of them, and each utterance gets the very codes its FrameKernel launches would give
     it, whichever utterances share its launches and whenever it joins or leaves them.
 
     Sampling as FrameKernel's (`supports`); the utterances of a launch may sample differently.
     """
 
-    SIZES = (2, 4)
+    SIZES = (2, 4, 8)
 
     def __init__(self, model: Qwen3TTS, streams: int):
         """model: one with a FrameKernel (attach), whose tables this one shares."""
