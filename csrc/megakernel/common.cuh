@@ -58,6 +58,16 @@ __device__ __forceinline__ float dot8(const uint4& raw, const float* x) {
   return acc;
 }
 
+// 8 bf16 (one 16-byte load) as fp32.
+__device__ __forceinline__ void unpack8(const uint4& raw, float (&out)[kVec]) {
+  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < kVec / 2; ++i) {
+    const float2 f = __bfloat1622float2(p[i]);
+    out[2 * i] = f.x, out[2 * i + 1] = f.y;
+  }
+}
+
 // 8 fp32 inputs at a 32-byte aligned address in shared memory, as two 16-byte loads: scalar loads of a lane's 8
 // (lanes 32 bytes apart) would hit the same 4 banks from 8 lanes each.
 struct X8 {

@@ -143,12 +143,10 @@ __device__ __forceinline__ void embedding_row(const FrameParams& p, int group, i
   const int H = p.talker.hidden;
   const __nv_bfloat16* row = table(p, group) + code * H;
   for (int i = kVec * threadIdx.x; i < H; i += kVec * blockDim.x) {
-    const uint4 raw = load_weights(row + i);
-    const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
-    const float2 a = __bfloat1622float2(pair[0]), b = __bfloat1622float2(pair[1]);
-    const float2 c = __bfloat1622float2(pair[2]), d = __bfloat1622float2(pair[3]);
-    *reinterpret_cast<float4*>(dst + i) = make_float4(a.x, a.y, b.x, b.y);
-    *reinterpret_cast<float4*>(dst + i + 4) = make_float4(c.x, c.y, d.x, d.y);
+    float v[kVec];
+    unpack8(load_weights(row + i), v);
+    *reinterpret_cast<float4*>(dst + i) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4*>(dst + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
   }
 }
 
@@ -167,13 +165,11 @@ __device__ __forceinline__ void next_talker_input(const FrameParams& p, const in
       for (int j = 0; j < kInFlight; ++j)
         raw[j] = j0 + j < G ? load_weights(table(p, j0 + j) + __ldcg(codes + j0 + j) * H + i) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-      for (int j = 0; j < kInFlight; ++j) {
-        const __nv_bfloat162* pair = reinterpret_cast<const __nv_bfloat162*>(&raw[j]);
+      for (int j = 0; j < kInFlight && j0 + j < G; ++j) {
+        float v[kVec];
+        unpack8(raw[j], v);
 #pragma unroll
-        for (int e = 0; e < kVec / 2; ++e) {
-          const float2 f = __bfloat1622float2(pair[e]);
-          if (j0 + j < G) sum[2 * e] += f.x, sum[2 * e + 1] += f.y;
-        }
+        for (int e = 0; e < kVec; ++e) sum[e] += v[e];
       }
     }
 #pragma unroll
