@@ -27,6 +27,7 @@ import torch
 from engine.errors import GPUUnavailableError, InputTextError, ModelFilesError, ModelMissingError
 from engine.models import redownload_advice
 from engine.tts.checkpoint import load_weights
+from engine.tts.chunks import CHUNK_FRAMES, chunk_size
 from engine.tts.clone import ClonedVoice, clone_voice
 from engine.tts.codec import StreamState, load_codec
 from engine.tts.config import TTSConfig, read_json
@@ -49,8 +50,6 @@ FRAMES_PER_CHAR = 6
 MIN_FRAMES_CAP = 25
 # Long text is spoken in segments of at most this many characters, each its own prefill.
 SEGMENT_CHARS = 400
-# Codec frames per chunk after an utterance's first, which is one frame (TTSEngine.stream's chunk_frames).
-CHUNK_FRAMES = 4
 
 
 @dataclass(frozen=True)
@@ -235,9 +234,10 @@ class TTSEngine:
             sampling: how codes are picked; None uses the checkpoint's generation_config.json.
             whole_text: True puts each segment's whole text in the prefill (official non_streaming_mode,
                 the default for CustomVoice); False feeds it one token per frame.
-            chunk_frames: codec frames per chunk after the utterance's first, which is always one frame
-                (80 ms: the lowest latency to first audio); later chunks of several frames decode in fewer,
-                larger codec calls while the first is playing.
+            chunk_frames: codec frames per chunk after a segment's first two, which are one frame each
+                (engine/tts/chunks.py: the first is the lowest latency to first audio, 80 ms; with the second a
+                player can start); later chunks of several frames decode in fewer, larger codec calls while the
+                first are playing.
 
         Raises:
             InputTextError: empty text, unknown speaker or language, a style the model does not take, a Base
@@ -254,7 +254,6 @@ class TTSEngine:
         def speak(cancelled: threading.Event, stream: TTSStream) -> Iterator[Chunk]:
             """The utterance's chunks; the work between two of them is one turn (run, below)."""
             model, codec = self.model, None
-            size = 1
             for index, segment in enumerate(segments):
                 while True:  # once more on the CPU if the GPU runs out of memory, in this stream or another
                     try:
@@ -265,17 +264,17 @@ class TTSEngine:
                         frames = self._checked(
                             self._frames(segment, resolved, seed ^ (index * 0x9E3779B9 & 0xFFFFFFFF), sampling,
                                          whole_text, cancelled, chunk_frames), seed, index)
-                        pending = []
+                        pending, made = [], 0
                         for codes in frames:
                             pending.append(codes)
-                            if len(pending) == size:
+                            if len(pending) == chunk_size(made, chunk_frames):
                                 yield self._chunk(codec, pending, index)
-                                pending, size = [], chunk_frames
+                                made += len(pending)
+                                pending = []
                                 if self.model is not model:  # another stream's turn moved the engine meanwhile
                                     raise _Moved
                         if pending and not cancelled.is_set():  # a cancelled stream yields nothing more
                             yield self._chunk(codec, pending, index)
-                            size = chunk_frames
                         break
                     except torch.OutOfMemoryError as e:
                         if stream.notice is not None:  # already moved: the CPU cannot do better

@@ -45,13 +45,14 @@ def test_same_seed_same_speech_and_synthesize_is_the_stream_joined(short_tts):
 
 
 def test_chunk_frames_groups_frames_without_changing_the_audio(short_tts):
-    """The first chunk is one frame (lowest latency), later ones chunk_frames (the default 4; the last
-    shorter), with the same samples as chunk_frames=1."""
+    """The first two chunks are one frame each (the lowest latency, then enough for a player's jitter buffer), later
+    ones chunk_frames (the default 4; the last shorter), with the same samples as chunk_frames=1."""
     one = list(short_tts.stream("Grouped.", "ryan", seed=5, chunk_frames=1))
     four = list(short_tts.stream("Grouped.", "ryan", seed=5))
     three = list(short_tts.stream("Grouped.", "ryan", seed=5, chunk_frames=3))
-    assert [c.codes.shape[0] for c in four] == [1, 4, 1]
-    assert [c.codes.shape[0] for c in three] == [1, 3, 2]
+    assert [c.codes.shape[0] for c in one] == [1] * 6
+    assert [c.codes.shape[0] for c in four] == [1, 1, 4]
+    assert [c.codes.shape[0] for c in three] == [1, 1, 3, 1]
     for grouped in (four, three):
         np.testing.assert_allclose(np.concatenate([c.pcm for c in grouped]), np.concatenate([c.pcm for c in one]),
                                    atol=1e-5)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.tts.chunks import chunk_size
 from engine.tts.kernels import fused
 from engine.tts.kernels.build import MegakernelUnavailable, build, require_bf16_cuda
 from engine.tts.model import DecoderStack, FrameState, KVCache, Qwen3TTS
@@ -159,9 +160,9 @@ class KernelRun:
         return cls(state, sampler, inputs, cap, hidden, torch.zeros_like(hidden), ended=state.frame >= cap)
 
     def wants(self, per_launch: int) -> int:
-        """Frames its next launch makes: one for its first (the lowest latency to first audio), then `per_launch`,
-        within its cap."""
-        return 1 if self.state.frame == 0 else min(per_launch, self.cap - self.state.frame)
+        """Frames its next launch makes: a chunk's (engine/tts/chunks.py), `per_launch` after the first, within its
+        cap."""
+        return min(chunk_size(self.state.frame, per_launch), self.cap - self.state.frame)
 
     def made(self, done: int, frames: int, codes: torch.Tensor) -> list[torch.Tensor]:
         """Counts a launch that made `done` of the `frames` it was asked for; returns their codes (16,) each, from
@@ -207,7 +208,7 @@ class FrameKernel:
     def run(self, state: FrameState, sampler: Sampler, inputs: TalkerInputs, cap: int, cancelled,
             per_launch: int = 1) -> Iterator[torch.Tensor]:
         """Codes (16,) of each frame from `state` (just after begin()) until EOS, `cap` frames, or cancel, made
-        `per_launch` a launch after a first of one (KernelRun.wants)."""
+        a chunk a launch, `per_launch` frames after the first (KernelRun.wants)."""
         run = KernelRun.start(state, sampler, inputs, cap)
         while not run.ended and not cancelled.is_set():
             yield from self.launch(run, run.wants(per_launch))

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.tts.stream import CHUNK_FRAMES, TTSEngine
+from engine.tts.chunks import chunk_size
+from engine.tts.stream import TTSEngine
 
 TEXT = "The quick brown fox jumps over the lazy dog, and then it rests for a while."
 
@@ -91,12 +92,16 @@ def stepped_argmaxes(engine: TTSEngine, codes: torch.Tensor) -> tuple[torch.Tens
 
 @torch.inference_mode()
 def codec_snr_db(reference: TTSEngine, engine: TTSEngine, codes: torch.Tensor) -> float:
-    """SNR (dB) of the engine's codec streamed in TTSEngine's chunks (1 frame, then CHUNK_FRAMES) against the
-    float32 codec's full decode of the same codes."""
+    """SNR (dB) of the engine's codec streamed in TTSEngine's chunks (engine/tts/chunks.py) against the float32
+    codec's full decode of the same codes."""
     expected = reference.codec.decode(codes).float()
     stream = engine.codec.stream()
-    starts = [0, *range(1, codes.shape[0], CHUNK_FRAMES)]
-    got = torch.cat([stream.decode(codes[a:a + (1 if a == 0 else CHUNK_FRAMES)]) for a in starts]).float()
+    pieces, made = [], 0
+    while made < codes.shape[0]:
+        size = chunk_size(made)
+        pieces.append(stream.decode(codes[made:made + size]))
+        made += size
+    got = torch.cat(pieces).float()
     noise = (got - expected).pow(2).sum()
     return math.inf if noise == 0 else float(10 * torch.log10(expected.pow(2).sum() / noise))
 
