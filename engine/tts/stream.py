@@ -50,6 +50,7 @@ FRAMES_PER_CHAR = 6
 MIN_FRAMES_CAP = 25
 # Long text is spoken in segments of at most this many characters, each its own prefill.
 SEGMENT_CHARS = 400
+_ENDED = object()  # an utterance's chunks have run out
 
 
 @dataclass(frozen=True)
@@ -251,8 +252,9 @@ class TTSEngine:
         sampling = sampling or self.default_sampling
         whole_text = self.config.model_type == "custom_voice" if whole_text is None else whole_text
 
-        def speak(cancelled: threading.Event, stream: TTSStream) -> Iterator[Chunk]:
-            """The utterance's chunks; the work between two of them is one turn (run, below)."""
+        def speak(cancelled: threading.Event, stream: TTSStream) -> Iterator[Chunk | None]:
+            """The utterance's chunks; the work between two of them is one turn (run, below), and where it yields None
+            instead, the turn passes before the work goes on (its frames said so)."""
             model, codec = self.model, None
             for index, segment in enumerate(segments):
                 while True:  # once more on the CPU if the GPU runs out of memory, in this stream or another
@@ -266,13 +268,17 @@ class TTSEngine:
                                          whole_text, cancelled, chunk_frames), seed, index)
                         pending, made = [], 0
                         for codes in frames:
-                            pending.append(codes)
-                            if len(pending) == chunk_size(made, chunk_frames):
+                            if codes is not None:
+                                pending.append(codes)
+                                if len(pending) < chunk_size(made, chunk_frames):
+                                    continue
                                 yield self._chunk(codec, pending, index)
                                 made += len(pending)
                                 pending = []
-                                if self.model is not model:  # another stream's turn moved the engine meanwhile
-                                    raise _Moved
+                            else:
+                                yield None  # the turn may pass here
+                            if self.model is not model:  # another stream's turn moved the engine meanwhile
+                                raise _Moved
                         if pending and not cancelled.is_set():  # a cancelled stream yields nothing more
                             yield self._chunk(codec, pending, index)
                         break
@@ -310,9 +316,11 @@ class TTSEngine:
             try:
                 while not cancelled.is_set():  # a cancelled stream yields nothing more, so it asks for no turn
                     with self._turns.turn(max(stream.t_start + given_s, time.perf_counter())):
-                        chunk = next(chunks, None)
-                    if chunk is None:
+                        chunk = next(chunks, _ENDED)
+                    if chunk is _ENDED:
                         return
+                    if chunk is None:
+                        continue
                     given_s += len(chunk.pcm) / self.sample_rate_hz
                     yield chunk
             finally:
@@ -345,8 +353,9 @@ class TTSEngine:
         return self._contexts[clone]
 
     def _frames(self, text: str, voice: Voice, seed: int, sampling: SamplingOptions, whole_text: bool,
-                cancelled: threading.Event, chunk_frames: int) -> Iterator[torch.Tensor]:
-        """Codes (16,) of each frame of one segment until EOS, the runaway cap, or cancel."""
+                cancelled: threading.Event, chunk_frames: int) -> Iterator[torch.Tensor | None]:
+        """Codes (16,) of each frame of one segment until EOS, the runaway cap, or cancel; with the megakernel first
+        None, where the turn may pass (engine/tts/kernels/batcher.py: streams beginning together share a launch)."""
         talker = self.config.talker
         inputs = self.prompts.build(self.prompts.text_ids(text), voice, whole_text, self.device)
         cap = min(self.max_frames, MIN_FRAMES_CAP + FRAMES_PER_CHAR * len(text))
@@ -365,21 +374,26 @@ class TTSEngine:
                 return
             self.model.advance(state, codes, inputs.text_input(state.frame))
 
-    def _checked(self, frames: Iterator[torch.Tensor], seed: int, segment: int) -> Iterator[torch.Tensor]:
+    def _checked(self, frames: Iterator[torch.Tensor | None], seed: int, segment: int) -> Iterator[torch.Tensor | None]:
         """`frames`, ended before the first frame with a code the codec has no entry for.
 
         The sampler never picks one, but the codec's table lookup would fail on it and lose the whole utterance:
         the segment ends there instead (what came before it is heard), and the warning holds what reproduces it.
         """
         codebook = self.codec.config.codebook_size
+        frame = 0
         try:
-            for frame, codes in enumerate(frames):
+            for codes in frames:
+                if codes is None:
+                    yield None
+                    continue
                 if bool(((codes < 0) | (codes >= codebook)).any()):
                     log.warning("the speech model picked codes %s in frame %d of segment %d (seed %d), outside the "
                                 "codec's 0..%d; that part of the text ends there", codes.tolist(), frame, segment,
                                 seed, codebook - 1)
                     return
                 yield codes
+                frame += 1
         finally:
             frames.close()
 

@@ -128,6 +128,35 @@ def test_megakernel_streams_at_once_share_launches_and_one_may_leave(short_check
     assert tts._launches.shared_launches > 0
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_megakernel_streams_beginning_together_make_their_first_frames_in_a_shared_launch(short_checkpoint):
+    """Streams that begin at once each hand their turn on once their prompt is in, so a launch makes the first frames
+    of several (the 4 in one launch, unless a thread was slow to ask for its turn), where each stream's first launch
+    made its own first frame before; each stream still gives exactly its solo codes and PCM."""
+    tts = load_tts(short_checkpoint, device="cuda", megakernel=True)
+    batcher = tts._launches
+    solo = [list(speak(tts, r)) for r in REQUESTS]
+    firsts = []  # a launch's count of the first frames it made, for each launch that made any
+
+    def recorded(launch, runs_of):
+        def wrapper(runs, frames):
+            firsts.append(sum(run.state.frame == 0 for run in runs_of(runs)))
+            return launch(runs, frames)
+        return wrapper
+
+    for kernel in batcher._batches:
+        kernel.launch = recorded(kernel.launch, lambda runs: runs)
+    batcher._single.launch = recorded(batcher._single.launch, lambda run: [run])
+    together, errors = consume_at_once([speak(tts, r) for r in REQUESTS])
+    assert errors == [None] * len(REQUESTS)
+    for got, want in zip(together, solo):
+        assert_same_speech(got, want)
+    firsts = [n for n in firsts if n]  # the long text's second segment begins with a first frame of its own, later
+    # the four streams' first frames in at most two launches, then the second segment's
+    assert sum(firsts) == len(REQUESTS) + 1 and firsts[-1] == 1 and len(firsts) <= 3, firsts
+
+
 def test_a_stream_asking_waits_for_one_turn_of_another_not_its_utterance(tiny_tts):
     """A second stream's first chunk comes after at most the chunk the first stream was making when it asked and
     one more (first come first served), long before the first stream ends."""

@@ -4,6 +4,8 @@ every utterance under way that will soon need more too (BatchKernel), and keeps 
 Each utterance gets the very codes its launches alone would give it (BatchKernel's promise), so sharing changes when
 frames are made, never which. A launch holds the stream that asked for its frames to its own pace: the others in it
 make as many frames as it does, at most, so a stream that joins still has its first frame after a one-frame launch.
+Streams that begin together make their first frames together: each hands its turn on once its prompt is in (run()
+yields None there), and a launch takes the utterances with the fewest frames first.
 """
 
 from __future__ import annotations
@@ -56,13 +58,15 @@ class Batcher:
         self.shared_launches = 0  # launches that made frames for more than one utterance
 
     def run(self, state: FrameState, sampler: Sampler, inputs: TalkerInputs, cap: int, cancelled: threading.Event,
-            per_launch: int = 1) -> Iterator[torch.Tensor]:
+            per_launch: int = 1) -> Iterator[torch.Tensor | None]:
         """As FrameKernel.run: codes (16,) of each frame from `state` (just after begin()) until EOS, `cap` frames,
-        or cancel; some made in launches of other utterances."""
+        or cancel; some made in launches of other utterances. First None: the utterance is under way, and its turn
+        may pass to the streams beginning with it, so that its first launch makes their first frames too."""
         me = _Utterance(KernelRun.start(state, sampler, inputs, cap), per_launch, cancelled)
         with self._lock:
             self._under_way.append(me)
         try:
+            yield None
             while not cancelled.is_set():
                 if not me.ready:
                     if me.run.ended:
@@ -76,11 +80,13 @@ class Batcher:
 
     def _launch(self, me: _Utterance) -> None:
         """One launch for `me` and, where the batch kernels are, for as many other utterances as the largest takes
-        that have fewer frames ready than they take a launch, each making at most as many frames as `me`."""
+        that have fewer frames ready than they take a launch, those that have made the fewest first (one waiting for
+        its first frame before the others' next ones), each making at most as many frames as `me`."""
         frames = me.wants()
         with self._lock:
-            others = [u for u in self._under_way
-                      if u is not me and not u.run.ended and not u.cancelled.is_set() and len(u.ready) < u.per_launch]
+            others = sorted((u for u in self._under_way if u is not me and not u.run.ended
+                             and not u.cancelled.is_set() and len(u.ready) < u.per_launch),
+                            key=lambda u: u.run.state.frame)
             if not self._batches or not others:
                 me.ready.extend(self._single.launch(me.run, frames))
                 return
