@@ -4,7 +4,7 @@ Early transcription: hands-free, a turn's audio is complete some silence_ms - ta
 ends it (engine/stt/vad.py Endpointer.ending_turn); transcribed in that time, its text is ready when the turn is,
 and the window costs no STT time. Partials: while the user speaks, the utterance so far is transcribed again every
 VoiceOptions.partial_interval_ms of new speech (or, where Whisper is slow, after a rest as long as the last one
-took), quickly (in the language last heard), for the window to show.
+took), quickly (in the language last heard, and in a shorter window), for the window to show.
 Each runs on a thread of its own; Whisper is not thread-safe, so one lock (`whisper`) is held by whoever
 transcribes: these threads, or the turn itself, which comes first (a partial is skipped while it waits).
 """
@@ -122,7 +122,7 @@ class TranscribingAhead:
             if not self.whisper.acquire(blocking=False):
                 continue  # a turn is being transcribed: its final text comes soon anyway
             try:
-                transcript = self._transcriber.transcribe(audio, quick=True)
+                transcript = self._transcriber.transcribe(audio, partial=True)
             except Exception:
                 log.exception("a partial transcript failed")
                 continue

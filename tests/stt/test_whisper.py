@@ -11,7 +11,7 @@ from engine.errors import ModelFilesError
 from engine.stt import (Endpointer, Transcriber, TranscriberOptions, Turn, VadOptions, assemble_bundled_model,
                         find_whisper_model, split_blocks)
 from engine.stt.turn import Words, judge_words
-from engine.stt.whisper import _VERBATIM_PROMPTS, choose_device
+from engine.stt.whisper import _VERBATIM_PROMPTS, PARTIAL_FRAMES, choose_device
 from tests.stt.conftest import silence, word_error_rate
 
 SENTENCES = "The quick brown fox jumps over the lazy dog. Please turn on the kitchen lights. What time is it in London?"
@@ -92,6 +92,27 @@ def test_a_quick_transcript_assumes_the_language_last_heard(speak, whisper_dir):
     assert transcriber.transcribe(english).language == transcriber.heard_language == "en"
     quick = transcriber.transcribe(english, quick=True)
     assert quick.language == "en" and word_error_rate("please turn on the kitchen lights", quick.text) <= 0.2
+
+
+def test_a_partial_transcript_reads_a_shorter_window_and_a_turn_the_whole_one(speak, whisper_dir):
+    """transcribe(partial=True), for the live transcript, encodes PARTIAL_FRAMES where padding follows and reads the
+    words as well; the turn's own transcription of the same audio after it encodes Whisper's whole 30 s window, not
+    the partial's kept encoding; audio longer than the short window is encoded whole."""
+    transcriber = Transcriber(whisper_dir, TranscriberOptions(device="cpu", cpu_threads=2))
+    transcriber.warm_up()
+    encoder, frames = transcriber._model.encode, []
+    encode = encoder._encode
+    encoder._encode = lambda features: frames.append(features.shape[-1]) or encode(features)
+    line = speak("Please turn on the kitchen lights.")
+    partial = transcriber.transcribe(line, partial=True)
+    assert frames == [PARTIAL_FRAMES] and word_error_rate("please turn on the kitchen lights", partial.text) <= 0.2
+    turn = transcriber.transcribe(line)
+    assert frames == [PARTIAL_FRAMES, 3000] and turn.language == "en"
+    assert word_error_rate("please turn on the kitchen lights", turn.text) <= 0.2
+    frames.clear()
+    long = np.concatenate([line, silence(PARTIAL_FRAMES / 100 - len(line) / 16000 + 1.0), line])
+    transcriber.transcribe(long, partial=True)
+    assert frames and set(frames) == {3000}
 
 
 def test_a_turn_keeps_the_language_last_heard_unless_sure_of_another(speak, whisper_dir):
