@@ -160,8 +160,8 @@ class KernelRun:
         return cls(state, sampler, inputs, cap, hidden, torch.zeros_like(hidden), ended=state.frame >= cap)
 
     def wants(self, per_launch: int) -> int:
-        """Frames its next launch makes: a chunk's (engine/tts/chunks.py), `per_launch` after the first, within its
-        cap."""
+        """Frames its next launch makes: its next chunk's (engine/tts/chunks.py: one frame each for the first two, then
+        `per_launch`), within its cap."""
         return min(chunk_size(self.state.frame, per_launch), self.cap - self.state.frame)
 
     def made(self, done: int, frames: int, codes: torch.Tensor) -> list[torch.Tensor]:
@@ -208,7 +208,7 @@ class FrameKernel:
     def run(self, state: FrameState, sampler: Sampler, inputs: TalkerInputs, cap: int, cancelled,
             per_launch: int = 1) -> Iterator[torch.Tensor]:
         """Codes (16,) of each frame from `state` (just after begin()) until EOS, `cap` frames, or cancel, made
-        a chunk a launch, `per_launch` frames after the first (KernelRun.wants)."""
+        a chunk a launch (KernelRun.wants)."""
         run = KernelRun.start(state, sampler, inputs, cap)
         while not run.ended and not cancelled.is_set():
             yield from self.launch(run, run.wants(per_launch))
