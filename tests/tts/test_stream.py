@@ -169,6 +169,16 @@ def test_long_text_is_split_into_segments_and_streamed_in_order(short_tts):
     assert len(chunks) == 6 * (segments[-1] + 1)
 
 
+def test_each_segment_begins_with_two_one_frame_chunks(short_tts):
+    """A long text's every segment (a prefill of its own) starts as an utterance does: two one-frame chunks, then
+    chunk_frames (each segment here is capped at 6 frames)."""
+    sentence = "This sentence is one of very many in a long text. "
+    sizes: dict[int, list[int]] = {}
+    for chunk in short_tts.stream(sentence * 20, "ryan", seed=0):
+        sizes.setdefault(chunk.segment, []).append(chunk.codes.shape[0])
+    assert len(sizes) >= 2 and all(frames == [1, 1, 4] for frames in sizes.values()), sizes
+
+
 def test_streaming_text_feed_and_whole_text_prefill_both_work(short_tts):
     """whole_text=False (text fed per frame) and True (text in the prefill) give different valid speech."""
     a = np.concatenate([c.codes for c in short_tts.stream("Two ways.", "eric", seed=9, whole_text=True)])
