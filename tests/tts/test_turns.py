@@ -2,6 +2,7 @@
 stream that asks waits for one turn of the others (not their utterances), and a cancel, a fault or the GPU running
 out of memory in one stream leaves the others' speech whole."""
 
+import sys
 import threading
 import time
 
@@ -266,6 +267,38 @@ def test_turns_go_to_the_waiter_due_soonest_and_first_come_first_served_at_a_tie
     for thread in threads:
         thread.join(timeout=10)
     assert served == ["now", "1", "1 again", "2", "3"]
+
+
+def test_a_turn_ending_wakes_only_the_waiter_due_next(monkeypatch):
+    """Eight waiters are served in order, each woken once: the end of a turn wakes the one that takes the next, not
+    every waiter to contend for the lock and wait again."""
+    wake_ups = []
+
+    class Counted(threading.Condition):
+        def wait(self, timeout=None):
+            woken = super().wait(timeout)
+            if sys._getframe(1).f_globals["__name__"] == Turns.__module__:  # not threading's own (starting one)
+                wake_ups.append(threading.get_ident())
+            return woken
+
+    monkeypatch.setattr(threading, "Condition", Counted)
+    turns, served, threads = Turns(), [], []
+
+    def take(deadline):
+        with turns.turn(deadline):
+            served.append(deadline)
+
+    with turns.turn():
+        for deadline in (8.0, 3.0, 6.0, 1.0, 7.0, 2.0, 5.0, 4.0):
+            threads.append(threading.Thread(target=take, args=(deadline,)))
+            threads[-1].start()
+            waited = time.monotonic() + 10
+            while len(turns._waiting) < len(threads) and time.monotonic() < waited:
+                time.sleep(0.001)
+    for thread in threads:
+        thread.join(timeout=10)
+    assert served == sorted(served) and len(served) == 8
+    assert len(wake_ups) == 8
 
 
 def test_a_stream_asks_for_each_turn_by_when_its_listener_runs_out_of_audio(tiny_tts, monkeypatch):
