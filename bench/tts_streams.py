@@ -8,6 +8,10 @@ memory. A stream's RTF: its wall time / its audio's length. Aggregate x-real-tim
 wall time. The streams take turns on the engine a chunk at a time (engine/tts/turns.py): each is slowed by the others,
 none waits for their whole utterances. Baseline in the same run: N = 1.
 
+--trace times, in each level, the engine's work until the last stream has its first chunk, by part: each stream's
+prompt, prefill, frame launches and codec decodes, the GPU synchronized around each (which costs a little), and what
+is left of that wait (turns changing hands, Python). It shows what the last stream's TTFC waits for.
+
 A joiner, as a request arriving at a busy server: once every stream of the level has its first chunk, one more stream
 of a short sentence starts, its TTFC is taken and it is closed; again every 50 ms while all N go on, up to --joiners.
 
@@ -37,7 +41,53 @@ TEXT = "Parley speaks this sentence in every stream at once, each in its own voi
 JOINER = "Me too."
 
 
-def level(tts, streams: int, voice: str | None, joiners: int) -> tuple[list[dict], float, list[float]]:
+class Trace:
+    """The engine's parts timed, each wrapped where it is defined (GPU synchronized before and after): milliseconds
+    summed a part, and how many calls, since reset()."""
+
+    PARTS = {"prompt": ("engine.tts.prompt", "PromptBuilder", "build"),
+             "prefill": ("engine.tts.model", "Qwen3TTS", "begin"),
+             "launch": ("engine.tts.kernels.batcher", "Batcher", "_launch"),
+             "codec": ("engine.tts.stream", "TTSEngine", "_chunk")}
+
+    def __init__(self, device: str):
+        import importlib
+
+        import torch
+
+        self._sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        self._lock = threading.Lock()
+        self.reset()
+        for part, (module, cls, name) in self.PARTS.items():
+            owner = getattr(importlib.import_module(module), cls)
+            setattr(owner, name, self._timed(part, getattr(owner, name)))
+
+    def reset(self) -> None:
+        self.ms = {part: 0.0 for part in self.PARTS}
+        self.calls = {part: 0 for part in self.PARTS}
+        self.open = True  # parts are counted until close()
+
+    def close(self) -> None:
+        self.open = False
+
+    def _timed(self, part: str, method):
+        def timed(*args, **kwargs):
+            self._sync()
+            t0 = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._sync()
+                with self._lock:
+                    if self.open:
+                        self.ms[part] += (time.perf_counter() - t0) * 1000
+                        self.calls[part] += 1
+
+        return timed
+
+
+def level(tts, streams: int, voice: str | None, joiners: int,
+          trace: Trace | None = None) -> tuple[list[dict], float, list[float]]:
     """Each stream's figures with `streams` at once, the level's wall time, and its joiners' TTFC in ms."""
     results: list[dict] = [{} for _ in range(streams)]
     start = threading.Barrier(streams + 1)
@@ -59,10 +109,18 @@ def level(tts, streams: int, voice: str | None, joiners: int) -> tuple[list[dict
     threads = [threading.Thread(target=speak, args=(i,)) for i in range(streams)]
     for t in threads:
         t.start()
+    if trace is not None:
+        trace.reset()
     start.wait()
     t0 = time.perf_counter()
     for _ in range(streams):
         begun.acquire()
+    if trace is not None:
+        trace.close()
+        parts = ", ".join(f"{part} {ms:.1f} ms ({trace.calls[part]})" for part, ms in trace.ms.items())
+        waited = (time.perf_counter() - t0) * 1000
+        print(f"{streams} streams' first chunks in {waited:.1f} ms: {parts}, the rest "
+              f"{waited - sum(trace.ms.values()):.1f} ms", file=sys.stderr)
     joined = []
     while len(joined) < joiners and not done.wait(0.05):
         stream = tts.stream(JOINER, voice, seed=streams + len(joined))
@@ -84,6 +142,7 @@ def main(argv=None) -> int:
     parser.add_argument("--streams", default="1,2,4,8,16,32", help="the levels, comma-separated")
     parser.add_argument("--joiners", type=int, default=8, help="streams that join each level, one after another")
     parser.add_argument("--json", help="also write every level's figures to this JSON file")
+    parser.add_argument("--trace", action="store_true", help="time the parts of the wait for the first chunks")
     args = parser.parse_args(argv)
 
     from engine.tts import load_tts
@@ -92,10 +151,11 @@ def main(argv=None) -> int:
     try:
         tts = load_tts(args.model or random_checkpoint(work, args.size, args.max_frames), device=args.device)
         voice = tts.default_speaker
+        trace = Trace(args.device) if args.trace else None
         level(tts, 1, voice, 1)  # warm-up: first-use costs (kernel build, graphs, allocator) stay out of the figures
         rows = []
         for streams in (int(n) for n in args.streams.split(",")):
-            results, wall, joined = level(tts, streams, voice, args.joiners)
+            results, wall, joined = level(tts, streams, voice, args.joiners, trace)
             ttfc = [r["ttfc_ms"] for r in results]
             rtf = [r["wall_s"] / r["audio_s"] for r in results]
             rows.append({"streams": streams, "ttfc_p50_ms": float(np.percentile(ttfc, 50)),
