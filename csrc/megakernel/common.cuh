@@ -28,34 +28,36 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Block-wide reduction of one value per thread; `scratch` holds kWarps floats of shared memory and
-// `identity` fills the lanes past the last warp. Every thread gets the result.
-template <float (*warp_op)(float)>
-__device__ __forceinline__ float block_reduce(float v, float* scratch, float identity) {
+// Block-wide reduction of T values a thread at once, with one pair of barriers rather than T: every thread gets v[t]
+// reduced over the block, in the same order whatever T. `scratch` holds T * kWarps floats of shared memory and
+// `identity` fills the lanes past the last warp.
+template <float (*warp_op)(float), int T>
+__device__ __forceinline__ void block_reduce(float (&v)[T], float* scratch, float identity) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_op(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  return warp_op(lane < kWarps ? scratch[lane] : identity);
-}
-
-__device__ __forceinline__ float block_sum(float v, float* scratch) { return block_reduce<warp_sum>(v, scratch, 0.f); }
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-  return block_reduce<warp_max>(v, scratch, -INFINITY);
-}
-
-// 8 bf16 weights (one 16-byte load) dotted with 8 fp32 activations from shared memory.
-__device__ __forceinline__ float dot8(const uint4& raw, const float* x) {
-  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&raw);
-  float acc = 0.f;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(p[i]);
-    acc = fmaf(f.x, x[2 * i], acc);
-    acc = fmaf(f.y, x[2 * i + 1], acc);
-  }
-  return acc;
+  for (int t = 0; t < T; ++t) v[t] = warp_op(v[t]);
+  __syncthreads();
+  if (lane == 0)
+#pragma unroll
+    for (int t = 0; t < T; ++t) scratch[t * kWarps + warp] = v[t];
+  __syncthreads();
+#pragma unroll
+  for (int t = 0; t < T; ++t) v[t] = warp_op(lane < kWarps ? scratch[t * kWarps + lane] : identity);
+}
+
+template <int T>
+__device__ __forceinline__ void block_sums(float (&v)[T], float* scratch) {
+  block_reduce<warp_sum, T>(v, scratch, 0.f);
+}
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  float one[1] = {v};
+  block_reduce<warp_sum, 1>(one, scratch, 0.f);
+  return one[0];
+}
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  float one[1] = {v};
+  block_reduce<warp_max, 1>(one, scratch, -INFINITY);
+  return one[0];
 }
 
 // 8 bf16 (one 16-byte load) as fp32.
@@ -66,6 +68,16 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&out)[kVec]) {
     const float2 f = __bfloat1622float2(p[i]);
     out[2 * i] = f.x, out[2 * i + 1] = f.y;
   }
+}
+
+// 8 bf16 weights (one 16-byte load) dotted with 8 fp32 activations from shared memory, in order.
+__device__ __forceinline__ float dot8(const uint4& raw, const float* x) {
+  float w[kVec];
+  unpack8(raw, w);
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) acc = fmaf(w[i], x[i], acc);
+  return acc;
 }
 
 // 8 fp32 inputs at a 32-byte aligned address in shared memory, as two 16-byte loads: scalar loads of a lane's 8
@@ -246,22 +258,6 @@ __device__ __forceinline__ void load_shared(float* dst, const float* src, int n)
   }
   for (; i < n; i += blockDim.x) dst[i] = src[i];
   __syncthreads();
-}
-
-// block_sum of T values a thread at once, with one pair of barriers rather than T: sums[t] gets value t's sum, in
-// block_sum's order (bit for bit). `scratch` holds T * kWarps floats.
-template <int T>
-__device__ __forceinline__ void block_sums(float (&v)[T], float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int t = 0; t < T; ++t) v[t] = warp_sum(v[t]);
-  __syncthreads();
-  if (lane == 0)
-#pragma unroll
-    for (int t = 0; t < T; ++t) scratch[t * kWarps + warp] = v[t];
-  __syncthreads();
-#pragma unroll
-  for (int t = 0; t < T; ++t) v[t] = warp_sum(lane < kWarps ? scratch[t * kWarps + lane] : 0.f);
 }
 
 // dst <- RMSNorm(src) * w in shared memory for T vectors of n fp32 (token t's at src + t * n in global memory, at
