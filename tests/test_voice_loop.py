@@ -72,7 +72,8 @@ def test_speech_into_the_microphone_becomes_a_spoken_measured_saved_turn(parts, 
     with loop:
         user_mic(speak(QUESTION)).wait()
         finished = events.wait_for(TurnFinished)
-        events.wait(lambda seen: isinstance(seen[-1], StateChanged) and seen[-1].state == "listening",
+        # the last state change, not the last event: the microphone's levels go on while it listens
+        events.wait(lambda seen: [e.state for e in seen if isinstance(e, StateChanged)][-1] == "listening",
                     "return to listening")
 
     heard = events.of(Heard)
