@@ -73,8 +73,7 @@ def test_speech_into_the_microphone_becomes_a_spoken_measured_saved_turn(parts, 
         user_mic(speak(QUESTION)).wait()
         finished = events.wait_for(TurnFinished)
         # the last state change, not the last event: the microphone's levels go on while it listens
-        events.wait(lambda seen: [e.state for e in seen if isinstance(e, StateChanged)][-1] == "listening",
-                    "return to listening")
+        events.wait(lambda seen: events.states()[-1] == "listening", "return to listening")
 
     heard = events.of(Heard)
     assert [h.text for h in heard] == [finished.result.user_text] and QUESTION_WORD in heard[0].text.lower()

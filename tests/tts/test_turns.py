@@ -248,17 +248,17 @@ def test_out_of_memory_in_one_stream_moves_every_live_stream_to_the_cpu(short_ch
     assert isinstance(other.notice, GPUUnavailableError) and "another utterance" in str(other.notice)
 
 
-def test_turns_go_to_the_waiter_due_soonest_and_first_come_first_served_at_a_tie():
-    """While one thread holds the turn, waiters due at 3, 1, 2 and 1 again are served at 1, 1 (in the order they
-    asked), 2, then 3; one that asks with no deadline goes before them all."""
-    turns, served, threads = Turns(), [], []
+def served_after_waiting(turns, asks) -> list:
+    """While this thread holds the turn, each ask (name, *deadline) is a thread of its own asking for one, in this
+    order; returns the names in the order the turns went to them."""
+    served, threads = [], []
 
     def take(name, *deadline):
         with turns.turn(*deadline):
             served.append(name)
 
     with turns.turn():
-        for name, deadline in (("3", (3.0,)), ("1", (1.0,)), ("2", (2.0,)), ("1 again", (1.0,)), ("now", ())):
+        for name, *deadline in asks:
             threads.append(threading.Thread(target=take, args=(name, *deadline)))
             threads[-1].start()
             waited = time.monotonic() + 10
@@ -266,6 +266,13 @@ def test_turns_go_to_the_waiter_due_soonest_and_first_come_first_served_at_a_tie
                 time.sleep(0.001)
     for thread in threads:
         thread.join(timeout=10)
+    return served
+
+
+def test_turns_go_to_the_waiter_due_soonest_and_first_come_first_served_at_a_tie():
+    """While one thread holds the turn, waiters due at 3, 1, 2 and 1 again are served at 1, 1 (in the order they
+    asked), 2, then 3; one that asks with no deadline goes before them all."""
+    served = served_after_waiting(Turns(), [("3", 3.0), ("1", 1.0), ("2", 2.0), ("1 again", 1.0), ("now",)])
     assert served == ["now", "1", "1 again", "2", "3"]
 
 
@@ -282,21 +289,7 @@ def test_a_turn_ending_wakes_only_the_waiter_due_next(monkeypatch):
             return woken
 
     monkeypatch.setattr(threading, "Condition", Counted)
-    turns, served, threads = Turns(), [], []
-
-    def take(deadline):
-        with turns.turn(deadline):
-            served.append(deadline)
-
-    with turns.turn():
-        for deadline in (8.0, 3.0, 6.0, 1.0, 7.0, 2.0, 5.0, 4.0):
-            threads.append(threading.Thread(target=take, args=(deadline,)))
-            threads[-1].start()
-            waited = time.monotonic() + 10
-            while len(turns._waiting) < len(threads) and time.monotonic() < waited:
-                time.sleep(0.001)
-    for thread in threads:
-        thread.join(timeout=10)
+    served = served_after_waiting(Turns(), [(d, d) for d in (8.0, 3.0, 6.0, 1.0, 7.0, 2.0, 5.0, 4.0)])
     assert served == sorted(served) and len(served) == 8
     assert len(wake_ups) == 8
 
