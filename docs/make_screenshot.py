@@ -20,6 +20,7 @@ the first version of this script stuck on the first clause that way, with the CP
 from __future__ import annotations
 
 import argparse
+import ctypes.util
 import json
 import logging
 import os
@@ -45,9 +46,13 @@ MIC_RATE_HZ = 16_000
 
 def start_xvfb() -> tuple[subprocess.Popen, str]:
     """Xvfb on the first free display (it writes the number it took to the pipe); returns (process, ':N')."""
+    # Qt aborts the process where its xcb platform cannot load, which would leave Xvfb and PulseAudio running
+    missing = [lib for lib in ("xcb-cursor", "xcb-icccm", "xcb-keysyms") if ctypes.util.find_library(lib) is None]
     if shutil.which("Xvfb") is None:
-        raise SystemExit("Xvfb is missing: apt-get install --no-install-recommends xvfb libxcb-cursor0 "
-                         "libxcb-icccm4 libxcb-keysyms1")
+        missing.insert(0, "Xvfb")
+    if missing:
+        raise SystemExit(f"missing: {', '.join(missing)}; install them with: "
+                         "apt-get install --no-install-recommends xvfb libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1")
     read, write = os.pipe()
     xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", SCREEN, "-nolisten", "tcp"],
                             pass_fds=(write,), stderr=subprocess.DEVNULL)
