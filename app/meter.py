@@ -81,38 +81,48 @@ class RollingChart(QWidget):
             values.append(figures.get(name, math.nan))
         self.update()
 
+    def scale_ms(self) -> float:
+        """The figure at the chart's top edge: a little above the largest charted; 0 while there is none."""
+        finite = [v for values in self.series.values() for v in values if math.isfinite(v)]
+        return max(finite, default=0.0) * 1.1
+
+    def points(self, name: str, area: QRectF) -> list[QPointF | None]:
+        """Where each of the series' turns goes in `area` (None: a gap). The turns so far span the width, oldest at
+        the left, until there are CHART_TURNS of them, so that a few turns make a chart, not dots in one corner; a
+        single turn sits in the middle."""
+        values, top = self.series[name], self.scale_ms() or 1.0
+        step = area.width() / max(len(values) - 1, 1)
+        first_x = area.left() if len(values) > 1 else area.center().x()
+        return [QPointF(first_x + i * step, area.bottom() - area.height() * v / top) if math.isfinite(v) else None
+                for i, v in enumerate(values)]
+
     def paintEvent(self, event) -> None:
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         colors = self.palette()
         painter.fillRect(self.rect(), colors.color(QPalette.ColorRole.AlternateBase))
-        finite = [v for values in self.series.values() for v in values if math.isfinite(v)]
-        if not finite:
+        top = self.scale_ms()
+        if not top:
             return
-        top = max(finite) * 1.1 or 1.0
         area = QRectF(self.rect()).adjusted(4, 4, -4, -4)
-        step = area.width() / max(CHART_TURNS - 1, 1)
         painter.setPen(colors.color(QPalette.ColorRole.PlaceholderText))
         painter.drawText(area, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop, f"{top:.0f} ms")
         accent = QColor(colors.color(QPalette.ColorRole.Highlight))
         for name, dash in zip(CHARTED, (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine)):
-            path, drawing, points = QPainterPath(), False, []
-            values = self.series[name]
-            first_x = area.right() - step * (len(values) - 1)
-            for i, value in enumerate(values):
-                if not math.isfinite(value):
+            path, drawing, dots = QPainterPath(), False, []
+            for point in self.points(name, area):
+                if point is None:
                     drawing = False
                     continue
-                point = QPointF(first_x + i * step, area.bottom() - area.height() * value / top)
                 path.lineTo(point) if drawing else path.moveTo(point)
-                points.append(point)
+                dots.append(point)
                 drawing = True
             painter.setPen(QPen(accent, 2, dash))
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.drawPath(path)
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(accent)
-            for point in points:  # a turn between gaps is a dot, not an invisible line of one point
+            for point in dots:  # a turn between gaps is a dot, not an invisible line of one point
                 painter.drawEllipse(point, 3, 3)
 
 

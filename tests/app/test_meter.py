@@ -2,9 +2,11 @@
 
 import math
 
+import pytest
+from PySide6.QtCore import QRectF
 from PySide6.QtWidgets import QLabel
 
-from app.meter import LatencyMeter
+from app.meter import CHART_TURNS, LatencyMeter, RollingChart
 from engine.metrics import HINTS, LABELS, MetricsRecorder, TurnMetrics, format_figure
 
 
@@ -86,3 +88,28 @@ def test_the_level_bar_follows_the_input_level(qtbot):
     assert meter.level.fraction() == 0.0
     meter.chart.add_turn({"tts_ttfc_ms": 100.0})
     assert not meter.chart.grab().isNull()  # the painters run on real data without error
+
+
+def test_the_chart_spreads_the_turns_so_far_across_its_width_then_rolls(qtbot):
+    """A few turns span the chart, oldest at the left, on the scale of the largest figure; a gap stays a gap; past
+    CHART_TURNS the oldest turn leaves and the spacing stays."""
+    chart = RollingChart()
+    qtbot.addWidget(chart)
+    area = QRectF(0, 0, 290, 110)
+    chart.add_turn({"voice_to_voice_ms": 1000.0, "tts_ttfc_ms": 40.0})
+    (only,) = chart.points("voice_to_voice_ms", area)
+    assert only.x() == 145.0  # one turn: the middle
+    chart.add_turn({"tts_ttfc_ms": 30.0})  # typed: no voice to voice
+    chart.add_turn({"voice_to_voice_ms": 550.0, "tts_ttfc_ms": 20.0})
+    first, gap, last = chart.points("voice_to_voice_ms", area)
+    assert gap is None
+    assert (first.x(), last.x()) == (0.0, 290.0)
+    assert (first.y(), last.y()) == pytest.approx((10.0, 55.0))  # 1000 and 550 ms on a 1100 ms scale, 110 px high
+    assert [p.x() for p in chart.points("tts_ttfc_ms", area)] == [0.0, 145.0, 290.0]
+    for i in range(CHART_TURNS):
+        chart.add_turn({"voice_to_voice_ms": 500.0 + i, "tts_ttfc_ms": 20.0})
+    points = chart.points("voice_to_voice_ms", area)
+    assert len(points) == CHART_TURNS and points[0].x() == 0.0 and points[-1].x() == 290.0
+    assert points[1].x() - points[0].x() == pytest.approx(290.0 / (CHART_TURNS - 1))
+    # the first turns' 1000 ms have left the chart, and the scale with them
+    assert chart.scale_ms() == pytest.approx((500.0 + CHART_TURNS - 1) * 1.1)
