@@ -14,8 +14,11 @@ steps of each design run with the kernel's trace on (csrc/megakernel/common.cuh)
 time by stage into block 0's own share of the stage and its wait for the rest of the grid (the barrier, or the
 counter). --ring-pages adds the dataflow step with its weight ring of that many pages a block (the shared memory
 left out goes to L1), as designs of their own in the same run: how much of each stage's time the ring costs.
+With --probes (and --trace) the kernels are built with MK_PROBES, as `bench/megakernel_trace.py --probes` builds them,
+and a third table gives the points block 0 stamps inside each stage (attention's, the same function in both designs,
+among them) as microseconds from the stage's start, p50 a layer: where a stage that takes longer in one design does.
 
-    python bench/dataflow_step.py --size 0.6b [--trace 50] [--ring-pages 2,4]
+    python bench/dataflow_step.py --size 0.6b [--trace 50 [--probes]] [--ring-pages 2,4]
 """
 
 from __future__ import annotations
@@ -29,12 +32,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.tts import load_tts  # noqa: E402
 from engine.tts.kernels.megakernel import KernelStep  # noqa: E402
 from engine.tts.model import KVCache  # noqa: E402
 from gpu_bandwidth import copy_bandwidth_gbs  # noqa: E402  (bench/, the script's folder)
 from bench_checkpoint import add_arguments as add_checkpoint_arguments, checkpoint  # noqa: E402  (bench/)
-from megakernel_trace import LAUNCH, STAGES  # noqa: E402  (bench/)
+from megakernel_trace import LAUNCH, POINTS, PROBE, STAGES, load, probe_offsets  # noqa: E402  (bench/)
 
 
 def random_caches(cfg, designs, prefix: int, capacity: int, generator) -> dict[str, KVCache]:
@@ -77,10 +79,11 @@ def time_designs(steps: dict[str, KernelStep], args) -> tuple[dict[str, list[flo
     return times, lowest
 
 
-def trace_designs(steps: dict[str, KernelStep], args) -> dict[str, np.ndarray]:
+def trace_designs(steps: dict[str, KernelStep], args) -> dict[str, tuple[np.ndarray, dict[int, dict[int, float]]]]:
     """Per design, block 0's microseconds a step (p50 over --trace steps) per stage A-E: (its own share of the stage,
     its wait for the rest of the grid to finish it), from the kernel's trace (common.cuh): the barrier step stamps
-    the grid barrier after each stage, the dataflow step its wait on that stage's counter."""
+    the grid barrier after each stage, the dataflow step its wait on that stage's counter. With it, where the kernels
+    have probes: stage -> point -> us from the stage's start (leaving the wait before it), p50 over its layers."""
     cfg = next(iter(steps.values())).cfg
     generator = torch.Generator(device="cuda").manual_seed(1)
     caches = random_caches(cfg, steps, args.prefix, args.prefix + args.trace, generator)
@@ -88,7 +91,8 @@ def trace_designs(steps: dict[str, KernelStep], args) -> dict[str, np.ndarray]:
     out = torch.empty(cfg.hidden_size, dtype=torch.float32, device="cuda")
     result = {}
     for design, step in steps.items():
-        trace = torch.zeros((args.trace * (len(STAGES) * cfg.num_layers + 1), 3), dtype=torch.int64, device="cuda")
+        per_layer = len(STAGES) * (6 if args.probes else 1)  # a stamp a stage, and up to 5 points in each with probes
+        trace = torch.zeros((args.trace * (per_layer * cfg.num_layers + 1), 3), dtype=torch.int64, device="cuda")
         with torch.inference_mode():
             step.module.set_trace(trace)
             for _ in range(args.trace):
@@ -97,15 +101,18 @@ def trace_designs(steps: dict[str, KernelStep], args) -> dict[str, np.ndarray]:
             torch.cuda.synchronize()
             count = step.module.set_trace(None)
             step.check()
+        rows = trace[:count].cpu().numpy()
+        points = {stage: {point: np.median(ns) / 1e3 for point, ns in by_point.items()}
+                  for stage, by_point in probe_offsets(rows).items()}
         per_step = np.zeros((args.trace, len(STAGES), 2))  # ns: own share, wait
         launch, left = -1, 0
-        for tag, arrive, leave in trace[:count].cpu().numpy():
+        for tag, arrive, leave in rows[rows[:, 0] < PROBE]:
             if tag == LAUNCH:
                 launch += 1
             else:
                 per_step[launch, tag] += (arrive - left, leave - arrive)
             left = leave
-        result[design] = np.median(per_step, axis=0) / 1e3
+        result[design] = np.median(per_step, axis=0) / 1e3, points
     return result
 
 
@@ -117,13 +124,17 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--trace", type=int, default=0, help="also trace this many steps of each design: where the "
                         "time goes, stage by stage")
+    parser.add_argument("--probes", action="store_true", help="with --trace, build the kernels with their probes and "
+                        "also report the points inside each stage")
     parser.add_argument("--ring-pages", default="", help="comma-separated caps on the dataflow step's weight pages in "
                         "flight a block, each also timed (and traced) as a design of its own")
     args = parser.parse_args()
+    if args.probes and not args.trace:
+        parser.error("--probes needs --trace N")
     rings = [int(n) for n in args.ring_pages.split(",") if n]
     folder = checkpoint(args)
     bandwidth = copy_bandwidth_gbs()
-    tts = load_tts(folder, device="cuda", megakernel=True)
+    tts = load(folder, args.probes)
     stacks = {"talker": tts.model.talker.model, "code predictor": tts.model.talker.code_predictor.model}
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.size} bf16; copy bandwidth "
           f"{bandwidth:.0f} GB/s (same run); {args.steps} steps from {args.prefix} cached positions\n")
@@ -148,9 +159,20 @@ def main() -> int:
         print("| stack | design | " + " | ".join(STAGES) + " | own share | waiting |")
         print("|---|---|" + "---|" * (len(STAGES) + 2))
         for name, designs in traced.items():
-            for design, us in designs.items():
+            for design, (us, _) in designs.items():
                 cells = " | ".join(f"{own:.0f} / {wait:.0f}" for own, wait in us)
                 print(f"| {name} | {design} | {cells} | {us[:, 0].sum():.0f} | {us[:, 1].sum():.0f} |")
+    if args.probes:
+        shown = sorted({p for designs in traced.values() for _, points in designs.values()
+                        for by_point in points.values() for p in by_point})
+        print("\nInside the stages (block 0, warp 0): us from the stage's start to each point, p50 a layer\n")
+        print("| stack | design | stage | " + " | ".join(POINTS[p] for p in shown) + " |")
+        print("|---|---|---|" + "---|" * len(shown))
+        for name, designs in traced.items():
+            for design, (_, points) in designs.items():
+                for stage in sorted(points):
+                    cells = (f"{points[stage][p]:.2f}" if p in points[stage] else "" for p in shown)
+                    print(f"| {name} | {design} | {STAGES[stage]} | " + " | ".join(cells) + " |")
     return 0
 
 

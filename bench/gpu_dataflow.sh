@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The dataflow step (csrc/megakernel/dataflow.cuh, issue 27) on the GPU machine in one device call of about 5 minutes
-# (under 9 in the worst case): builds the extension, runs the dataflow tests of tests/tts/test_megakernel.py (they
-# write their own random-weight checkpoints, tiny to the full 0.6B), then bench/dataflow_step.py on the 0.6B. Each
+# (under 10 in the worst case): builds the extension, runs the dataflow tests of tests/tts/test_megakernel.py (they
+# write their own random-weight checkpoints, tiny to the full 0.6B), then bench/dataflow_step.py on the 0.6B with its
+# probes (a second build of the extension, with MK_PROBES: where inside each stage the two designs differ). Each
 # step has its own timeout and is tee'd under $OUT as it goes, so a failure or a hang still leaves what came before:
 # machine.txt, setup.txt, build.txt, tests.txt, bench.txt.
 #
@@ -48,5 +49,5 @@ step() {
 }
 
 step build 200 python3 -c 'from engine.tts.kernels.build import build; build(); print("extension built")'
-step tests 270 python3 -m pytest -x -q -p no:cacheprovider tests/tts/test_megakernel.py -k dataflow
-step bench 100 python3 bench/dataflow_step.py --size 0.6b --cache /tmp/parley-bench --trace 50 --ring-pages 2,4
+step tests 200 python3 -m pytest -x -q -p no:cacheprovider tests/tts/test_megakernel.py -k dataflow
+step bench 180 python3 bench/dataflow_step.py --size 0.6b --cache /tmp/parley-bench --trace 50 --probes
