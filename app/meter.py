@@ -81,16 +81,17 @@ class RollingChart(QWidget):
             values.append(figures.get(name, math.nan))
         self.update()
 
-    def scale_ms(self) -> float:
-        """The figure at the chart's top edge: a little above the largest charted; 0 while there is none."""
+    def scale_ms(self) -> float | None:
+        """The figure at the chart's top edge: a little above the largest charted (1 ms where all are 0); None while
+        there is none."""
         finite = [v for values in self.series.values() for v in values if math.isfinite(v)]
-        return max(finite, default=0.0) * 1.1
+        return (max(finite) * 1.1 or 1.0) if finite else None
 
     def points(self, name: str, area: QRectF) -> list[QPointF | None]:
         """Where each of the series' turns goes in `area` (None: a gap). The turns so far span the width, oldest at
         the left, until there are CHART_TURNS of them, so that a few turns make a chart, not dots in one corner; a
         single turn sits in the middle."""
-        values, top = self.series[name], self.scale_ms() or 1.0
+        values, top = self.series[name], self.scale_ms()  # not None where any value is finite
         step = area.width() / max(len(values) - 1, 1)
         first_x = area.left() if len(values) > 1 else area.center().x()
         return [QPointF(first_x + i * step, area.bottom() - area.height() * v / top) if math.isfinite(v) else None
@@ -102,7 +103,7 @@ class RollingChart(QWidget):
         colors = self.palette()
         painter.fillRect(self.rect(), colors.color(QPalette.ColorRole.AlternateBase))
         top = self.scale_ms()
-        if not top:
+        if top is None:
             return
         area = QRectF(self.rect()).adjusted(4, 4, -4, -4)
         painter.setPen(colors.color(QPalette.ColorRole.PlaceholderText))
