@@ -20,13 +20,11 @@ latency; the virtual sound card (--audio virtual) keeps wall-clock pace.
 
     python bench/turn_taking.py                     # CPU, every configuration, 48 turns each
     bash bench/gpu_turn_taking.sh --configs fixed   # on the GPU machine (bench/gpu_voice_loop_prep.sh packs it)
-    bash bench/gpu_turn_taking.sh --configs early --reply-tail-ms off   # the reply begun on the turn's words only
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import shutil
 import sys
@@ -42,12 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from voice_loop import USER_RATE_HZ, Pulse, VirtualAudio, load_transcriber, random_checkpoint, speech  # noqa: E402
 
-from engine.listening import VoiceOptions  # noqa: E402  (these leave sounddevice unimported: the audio is set up first)
-from engine.stt.vad import VadOptions  # noqa: E402
+from engine.stt.vad import VadOptions  # noqa: E402  (it leaves sounddevice unimported: the audio is set up first)
 
 # the fixed window, end-of-turn detection, the same + early reply, the same + the live transcript (as the app has it)
 CONFIGS = ("fixed", "detection", "early", "voice", "live")
-REPLY_TAIL_MS = VoiceOptions.reply_tail_ms
 
 STATEMENTS = [
     "I had a long day at work today.", "My sister is visiting next week.", "The garden needs watering.",
@@ -142,15 +138,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run_config(name: str, dialogue, mic, audio, turns, voices, args, turn_model, text_model, early_reply: bool,
-               partials: bool, tail_ms: int, reply_tail_ms: int | None, trace=None) -> dict:
+               partials: bool, tail_ms: int, trace=None) -> dict:
     from engine.events import TurnFinished
+    from engine.listening import VoiceOptions
     from engine.voice_loop import VoiceLoop
 
     vad = VadOptions(silence_ms=args.longest_pause_ms if turn_model is not None else args.silence_ms, tail_ms=tail_ms)
     watch = Watch()
     latency, cut, early = [], {"paused": 0, "filler": 0}, 0
-    options = VoiceOptions(vad=vad, barge_in=False, early_reply=early_reply, partials=partials,
-                           reply_tail_ms=reply_tail_ms)
+    options = VoiceOptions(vad=vad, barge_in=False, early_reply=early_reply, partials=partials)
     with VoiceLoop(dialogue, mic, options=options, turn_model=turn_model, text_model=text_model) as loop:
         loop.subscribe(watch)
         loop.start()
@@ -195,8 +191,6 @@ def main(argv=None) -> int:
                         help=f"which configurations, comma-separated, of: {', '.join(CONFIGS)}")
     parser.add_argument("--tail-ms", default=str(VadOptions.tail_ms),
                         help="VadOptions.tail_ms, or several, comma-separated: each configuration runs with each")
-    parser.add_argument("--reply-tail-ms", default=str(REPLY_TAIL_MS),
-                        help="VoiceOptions.reply_tail_ms ('off': None), or several, comma-separated, as --tail-ms")
     parser.add_argument("--audio", default="pulse", choices=["pulse", "virtual"])
     parser.add_argument("--voices", help="folder of the lines' speech (default: a temporary one)")
     parser.add_argument("--voices-only", action="store_true", help="render the lines into --voices and stop")
@@ -208,7 +202,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.configs = args.configs.split(",")
     args.tail_ms = [int(t) for t in args.tail_ms.split(",")]
-    args.reply_tail_ms = [None if t == "off" else int(t) for t in args.reply_tail_ms.split(",")]
     if not set(args.configs) <= set(CONFIGS):
         parser.error(f"--configs takes {', '.join(CONFIGS)}")
     if args.voices_only and not args.voices:
@@ -262,14 +255,12 @@ def measure(args, audio, work: Path, voices: Path) -> int:
                    "voice": (f"{detection} of the voice alone + early reply", model, None, True, False),
                    "live": (f"{detection} + early reply + live transcript", model, reader, True, True)}
         for key in args.configs:
-            for tail_ms, reply_tail_ms in itertools.product(args.tail_ms, args.reply_tail_ms):
+            for tail_ms in args.tail_ms:
                 name, turn_model, text_model, early_reply, partials = configs[key]
                 if len(args.tail_ms) > 1 or tail_ms != VadOptions.tail_ms:
                     name += f", tail {tail_ms} ms"
-                if len(args.reply_tail_ms) > 1 or reply_tail_ms != REPLY_TAIL_MS:
-                    name += f", reply tail {'off' if reply_tail_ms is None else f'{reply_tail_ms} ms'}"
                 results[name] = run_config(name, dialogue, mic, audio, turns, voices, args, turn_model, text_model,
-                                           early_reply, partials, tail_ms, reply_tail_ms, trace)
+                                           early_reply, partials, tail_ms, trace)
 
     paused = sum(kind in ("paused", "filler") for kind, _ in turns)
     tts_path = "megakernel" if tts.model.frame_kernel is not None else "PyTorch"

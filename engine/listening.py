@@ -55,11 +55,6 @@ class VoiceOptions:
     partials: emit Partial transcripts while the user speaks (costs Whisper runs on the CPU).
     early_reply: hands-free, begin the LLM's reply in a pause that may end the turn, once its early transcript is
         ready (dropped if the user goes on); False: only once the turn has ended.
-    reply_tail_ms: with early_reply, where Whisper keeps up (its last transcription here took less than half of
-        vad.tail_ms - reply_tail_ms, as on a GPU): the reply also begins on the words of the pause's first
-        reply_tail_ms, transcribed then, and the turn keeps it where its own words (vad.tail_ms) read the same.
-        The turn is decided on its own words either way; this gives the LLM and the speech that much of a start.
-        None (or not below vad.tail_ms): the reply begins on the turn's own words only.
     partial_interval_ms: new audio between two partial transcripts.
     level_interval_ms: audio per Level event.
     device_retry_ms: how often a lost speaker or microphone is opened again (and, while all is well,
@@ -74,7 +69,6 @@ class VoiceOptions:
     barge_in: bool = True
     partials: bool = False
     early_reply: bool = True
-    reply_tail_ms: int | None = 100
     partial_interval_ms: int = 800
     level_interval_ms: int = 100
     device_retry_ms: int = 1000
@@ -93,8 +87,6 @@ class VoiceOptions:
         for name in ("partial_interval_ms", "level_interval_ms", "device_retry_ms", "barge_in_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.reply_tail_ms is not None and self.reply_tail_ms < 0:
-            raise ValueError(f"reply_tail_ms must be None or >= 0, got {self.reply_tail_ms}")
         if not self.silent_microphone_s > 0:
             raise ValueError(f"silent_microphone_s must be > 0, got {self.silent_microphone_s}")
         if not self.barge_in_margin_db >= 0:
@@ -219,9 +211,7 @@ class Listener:
         self._hearing = False  # an utterance is being collected
         self._utterance = 0  # counts utterances, so a late partial of an earlier one is dropped
         self._gating = False  # speech over a running turn has not passed the barge-in gate yet
-        self._pause_key: tuple[int, int] | None = None  # the turn the pause under way would end, as last told
-        reply_tail = options.reply_tail_ms if options.early_reply else None
-        self._glimpse_tail = reply_tail if reply_tail is not None and reply_tail < options.vad.tail_ms else None
+        self._pause_end: int | None = None  # the ending_sample of the pause under way, told to owner and Whisper
 
     def _words(self, key: tuple[int, int]):
         """The Endpointer's judge of a pause's words: None until the early transcript of the turn `key` is made, then
@@ -238,30 +228,19 @@ class Listener:
 
     def _pause(self) -> None:
         """Where the Endpointer's pause under way would end the turn, once it changes: to Whisper for the early
-        transcript and to the owner (provisional); the owner hears None when the user goes on instead. Where Whisper
-        keeps up (VoiceOptions.reply_tail_ms), the pause's first words go the same way before the turn's own."""
+        transcript and to the owner (provisional); the owner hears None when the user goes on instead."""
         ep = self._endpointer
-        if self._gating:
+        end = ep.ending_sample
+        if end == self._pause_end or self._gating:
             return
-        turn = ep.ending_turn()
-        if turn is None and self._glimpse_tail is not None and (self._pause_key is not None or self._keeps_up()):
-            turn = ep.ending_turn(self._glimpse_tail)  # (asked once a pause: a look told is kept until it changes)
-        key = None if turn is None else (turn.start_sample, turn.end_sample)
-        if key == self._pause_key:
-            return
-        if turn is not None:
+        if end is not None:
+            turn = ep.ending_turn()
             if self._ahead is not None:
                 self._ahead.offer_early(turn)
-            self._owner.provisional(key)
+            self._owner.provisional((turn.start_sample, turn.end_sample))
         elif ep.in_turn:  # the pause ended in more speech
             self._owner.provisional(None)
-        self._pause_key = key
-
-    def _keeps_up(self) -> bool:
-        """Whether Whisper transcribes the pause's first words in under half the time before the turn's own are in,
-        so that they never hold the turn's back for long."""
-        last_s = self._ahead.last_s if self._ahead is not None else None
-        return last_s is not None and last_s * 1000 < (self.options.vad.tail_ms - self._glimpse_tail) / 2
+        self._pause_end = end
 
     # -- commands, from any thread ---------------------------------------------------------------------------
 

@@ -48,7 +48,6 @@ class TranscribingAhead:
         self._early_offer: tuple[tuple[int, int], np.ndarray] | None = None
         self._early_running: tuple[int, int] | None = None
         self._early_done: tuple[tuple[int, int], object] | None = None
-        self.last_s: float | None = None  # how long the newest transcription here took (None before the first)
         self.threads = [threading.Thread(target=self._transcribe_early, name="parley-early-stt", daemon=True)]
         if partials:
             self.threads.append(threading.Thread(target=self._partials, name="parley-partials", daemon=True))
@@ -93,7 +92,6 @@ class TranscribingAhead:
                         wanted = self._early_running == key and self._early_offer is None
                     if wanted:
                         transcript = self._transcriber.transcribe(audio)
-                        self.last_s = transcript.elapsed_s
             except Exception:
                 log.exception("an early transcription failed; the turn is transcribed when it ends")
             finally:
@@ -125,7 +123,6 @@ class TranscribingAhead:
                 continue  # a turn is being transcribed: its final text comes soon anyway
             try:
                 transcript = self._transcriber.transcribe(audio, partial=True)
-                self.last_s = transcript.elapsed_s
             except Exception:
                 log.exception("a partial transcript failed")
                 continue

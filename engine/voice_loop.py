@@ -7,8 +7,7 @@ the turn worker here runs each queued turn (an utterance, typed text, text to sp
 (engine/dialogue.py). Speech that starts while Parley talks stops it at once (barge-in) and becomes the next turn.
 When the user pauses and the early transcript is ready before the turn is sure, the worker starts the LLM's reply
 to it (an early reply, generated between checks of the queue): the turn takes it if the pause ends the turn, and it
-is dropped, unheard and unsaved, if the user goes on. Where Whisper keeps up, the reply begins on the pause's first
-words (VoiceOptions.reply_tail_ms), and the turn keeps it where its own words read the same.
+is dropped, unheard and unsaved, if the user goes on.
 The loop keeps the one state the user sees (StateChanged) and delivers every event of engine/events.py to its
 subscribers, on its own threads.
 """
@@ -339,11 +338,10 @@ class VoiceLoop:
 
     def provisional(self, key: tuple[int, int] | None) -> None:
         """The Listener saw a pause that may end the turn `key`, or (None) speech again: a reply begun for another
-        turn, or before the user went on, stops generating at once. One begun on an earlier look at the same pause
-        (the same start) goes on until that turn's words are known."""
+        turn stops generating at once."""
         with self._lock:
             self._provisional = key
-            if self._early is not None and (key is None or self._early.key[0] != key[0]):
+            if self._early is not None and self._early.key != key:
                 self._early.reply.cancel()
 
     def _early_transcript(self, key: tuple[int, int], transcript) -> None:
@@ -366,9 +364,10 @@ class VoiceLoop:
             if isinstance(job, _Preview):
                 self._preview(job)
                 continue
+            reply = self._take_early(job)
             self.update(phase="thinking")
             try:
-                result = self._run(job)
+                result = self._run(job, reply)
             except Exception as e:  # a stage failed; the Dialogue has saved what was said and heard
                 if not isinstance(e, ParleyError):
                     log.exception("a turn failed")
@@ -425,14 +424,7 @@ class VoiceLoop:
             return False
 
     def _begin_early(self, job: _Provisional) -> None:
-        """Begins the reply to a provisional turn's text, unless the user went on or the turn came already; a reply
-        begun on an earlier look at the same pause is kept where it answers the same text."""
-        with self._lock:
-            early = self._early
-            if early is not None and job.key == self._provisional and self._answers(early, job.key, job.text):
-                self._early = _EarlyReply(job.key, early.reply)
-                log.info("kept the reply begun on the pause's first words %r", job.text)
-                return
+        """Begins the reply to a provisional turn's text, unless the user went on or the turn came already."""
         self._take_early(None)
         with self._lock:  # under the lock that provisional() takes: a cancel cannot slip in between
             if job.key != self._provisional:
@@ -442,24 +434,16 @@ class VoiceLoop:
             except InputTextError as e:  # too long for the LLM: the turn itself will say so
                 log.info("no early reply: %s", e)
 
-    @staticmethod
-    def _answers(early: _EarlyReply, key: tuple[int, int], text: str) -> bool:
-        """Whether the early reply answers the turn `key` with the words `text`: it was begun in the same pause (the
-        user did not go on since, or it would be cancelled) on the same words."""
-        return early.key[0] == key[0] and early.reply.user_text == text and not early.reply.cancel_event.is_set()
-
-    def _take_early(self, job: _Spoken | None, transcript: Transcript | None = None) -> Reply | None:
-        """The early reply that answers the spoken turn `job` heard as `transcript`, or None; any other is discarded
-        (nothing of it was heard or saved)."""
+    def _take_early(self, job) -> Reply | None:
+        """The early reply that answers `job`, or None; any other is discarded (nothing of it was heard or saved)."""
         with self._lock:
             early, self._early = self._early, None
         if early is None:
             return None
-        if job is not None and transcript is not None and self._answers(early, job.key, transcript.text):
+        if isinstance(job, _Spoken) and job.key == early.key and not early.reply.cancel_event.is_set():
             return early.reply
         early.reply.discard()
-        log.info("dropped the early reply to %r: the user went on, another turn came first, or the turn's words "
-                 "differ", early.reply.user_text)
+        log.info("dropped the early reply to %r: the user went on, or another turn came first", early.reply.user_text)
         return None
 
     def _check_speakers(self) -> None:
@@ -480,17 +464,14 @@ class VoiceLoop:
         self._speakers_lost = False
         self.emit(DeviceRestored("output", f"the speakers are back: output device {player.device.name!r}"))
 
-    def _run(self, job) -> TurnResult:
+    def _run(self, job, reply: Reply | None) -> TurnResult:
         match job:
             case _Typed(text):
-                self._take_early(None)
                 return self.dialogue.text_turn(text, self._turn_event)
             case _SpeakOnly(text):
-                self._take_early(None)
                 return self.dialogue.say(text, self._turn_event)
         # a spoken turn: Whisper is the turn's until it has heard it, unless its text was made early
         transcript = self._ahead.early_transcript(job.key) if self._ahead is not None else None
-        reply = self._take_early(job, transcript)
         whisper = self._ahead.whisper if self._ahead is not None and transcript is None else None
         if whisper is not None:
             whisper.acquire()

@@ -2,7 +2,6 @@
 monitor is the Microphone (tests/conftest.py user_mic), Silero VAD, Whisper base, SmolLM2 (GGUF), the
 tiny TTS checkpoint speaking through the Player on the 'vsink' null sink, and a SQLite history file."""
 
-import dataclasses
 import logging
 import math
 import threading
@@ -500,90 +499,6 @@ def test_a_reply_begun_in_a_pause_the_user_talks_on_through_is_dropped_unheard_a
     assert [t.text for t in saved_turns(dialogue)] == [result.user_text, result.reply_text]
     order = [type(e).__name__ for e in events.seen]
     assert order.index("Heard") < order.index("ReplyText") and order.index("Heard") < order.index("SpeakingClause")
-
-
-# Whisper keeps up with the pause's first words when its last transcription took under half the time between the
-# two tails: here (3000 - 200) / 2 = 1.4 s, which two CPU cores keep to, as a GPU does the default's 50 ms; the live
-# transcript's partials time Whisper before the first pause. The turn's own words are in long before silence_ms.
-GLIMPSE = {"vad": VadOptions(silence_ms=6000, tail_ms=3000), "reply_tail_ms": 200, "partials": True}
-
-
-def early_calls(recording) -> list[int]:
-    return [n for thread, n in recording.calls if thread == "parley-early-stt"]
-
-
-def messages(caplog, text: str) -> list[str]:
-    return [r.getMessage().lower() for r in caplog.records if text in r.getMessage()]
-
-
-def test_where_whisper_keeps_up_the_reply_begins_on_the_pauses_first_words_and_the_turn_keeps_it(
-        parts, user_mic, speak, caplog):
-    """The pause's first 200 ms of tail are transcribed, and the reply begun on them, 2.8 s before the turn's own
-    tail is in; the turn's words read the same, so the turn speaks and saves that reply, once."""
-    caplog.set_level(logging.INFO, logger="engine.voice_loop")
-    dialogue, mic = parts
-    dialogue.transcriber = recording = RecordingTranscriber(dialogue.transcriber)
-    loop, events = run_loop(dialogue, mic, **GLIMPSE)
-    with loop:
-        user_mic(speak(QUESTION))
-        finished = events.wait_for(TurnFinished)
-    result = finished.result
-    glimpse, own = early_calls(recording)
-    assert own - glimpse == (3000 - 200) * 16  # the same turn, its tail cut shorter
-    kept = messages(caplog, "kept the reply begun on the pause's first words")
-    assert kept and QUESTION_WORD in kept[0] and not messages(caplog, "dropped the early reply")
-    assert result.metrics.early_reply and QUESTION_WORD in result.user_text.lower() and result.heard_text
-    assert dialogue.chat.history == [{"role": "user", "content": result.user_text},
-                                     {"role": "assistant", "content": result.reply_text}]
-    assert [t.text for t in saved_turns(dialogue)] == [result.user_text, result.reply_text]
-    assert [h.text for h in events.of(Heard)] == [result.user_text]
-
-
-def test_a_reply_begun_on_the_pauses_first_words_is_dropped_when_the_user_goes_on(parts, user_mic, speak, caplog):
-    """A second's pause: the reply begun on its first words is cancelled when the voice comes back, before the
-    turn's own tail is in, and never heard; the one turn is both halves, answered by a reply to both."""
-    caplog.set_level(logging.INFO, logger="engine.voice_loop")
-    dialogue, mic = parts
-    loop, events = run_loop(dialogue, mic, **GLIMPSE)
-    with loop:
-        user_mic(np.concatenate([speak(QUESTION), np.zeros(16_000, np.float32), speak(SECOND_QUESTION)]))
-        finished = events.wait_for(TurnFinished)
-    result = finished.result
-    dropped = messages(caplog, "dropped the early reply")
-    assert dropped and QUESTION_WORD in dropped[0] and SECOND_WORD not in dropped[0]
-    assert QUESTION_WORD in result.user_text.lower() and SECOND_WORD in result.user_text.lower()
-    assert [h.text for h in events.of(Heard)] == [result.user_text]
-    assert dialogue.chat.history == [{"role": "user", "content": result.user_text},
-                                     {"role": "assistant", "content": result.reply_text}]
-
-
-class FirstLookMisheard(RecordingTranscriber):
-    """Whisper, but the pause's first look (the first early transcription) hears one word more than was said."""
-
-    def transcribe(self, audio, **options):
-        transcript = super().transcribe(audio, **options)
-        if threading.current_thread().name == "parley-early-stt" and len(early_calls(self)) == 1:
-            transcript = dataclasses.replace(transcript, text=transcript.text + " Thanks.")
-        return transcript
-
-
-def test_a_reply_begun_on_the_pauses_first_words_is_dropped_where_the_turns_own_words_differ(
-        parts, user_mic, speak, caplog):
-    """The first look at the pause heard "... Thanks.", the turn's own tail the words alone: the reply to the first
-    look is dropped unheard and the turn answers its own words."""
-    caplog.set_level(logging.INFO, logger="engine.voice_loop")
-    dialogue, mic = parts
-    dialogue.transcriber = FirstLookMisheard(dialogue.transcriber)
-    loop, events = run_loop(dialogue, mic, **GLIMPSE)
-    with loop:
-        user_mic(speak(QUESTION))
-        finished = events.wait_for(TurnFinished)
-    result = finished.result
-    dropped = messages(caplog, "dropped the early reply")
-    assert dropped and "thanks." in dropped[0] and not messages(caplog, "kept the reply")
-    assert "thanks" not in result.user_text.lower() and result.metrics.early_reply  # begun on its own words
-    assert dialogue.chat.history == [{"role": "user", "content": result.user_text},
-                                     {"role": "assistant", "content": result.reply_text}]
 
 
 def test_a_pause_the_voice_calls_finished_but_the_words_leave_hanging_keeps_the_turn(parts, user_mic, speak):

@@ -268,21 +268,16 @@ class Endpointer:
     def ending_sample(self) -> int | None:
         """Hands-free: where the turn being collected ends if no more speech comes, once its audio is all in
         (silence has begun and the tail after the last speech has been heard); else None."""
-        return self._ending(self._tail)
-
-    def ending_turn(self, tail_ms: int | None = None) -> Turn | None:
-        """The turn that silence ends at ending_sample, as feed() will return it if no more speech comes
-        (the same samples): a caller may transcribe it while the silence runs out. None as ending_sample.
-        With tail_ms: the same turn with that much audio after its last speech (not VadOptions.tail_ms), once it is in:
-        a shorter one is an earlier look at its words, which the rest of the tail may yet change."""
-        end = self._ending(self._tail if tail_ms is None else round(tail_ms * SAMPLE_RATE_HZ / 1000))
-        return None if end is None else self._turn("silence", end)
-
-    def _ending(self, tail: int) -> int | None:
         if self.mode is not Mode.HANDS_FREE or not self._collecting or self._silence_start is None:
             return None
-        end = self._last_speech_end + tail
+        end = self._last_speech_end + self._tail
         return end if self._pos >= end else None
+
+    def ending_turn(self) -> Turn | None:
+        """The turn that silence ends at ending_sample, as feed() will return it if no more speech comes
+        (the same samples): a caller may transcribe it while the silence runs out. None as ending_sample."""
+        end = self.ending_sample
+        return None if end is None else self._turn("silence", end)
 
     def feed(self, block: np.ndarray) -> list[SpeechStart | Turn]:
         """Runs one (512,) block at 16 kHz through the VAD; returns the events it completes, in order.

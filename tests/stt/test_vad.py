@@ -105,26 +105,6 @@ def test_the_ending_turn_is_known_before_the_silence_runs_out_and_is_the_turn_th
     assert (at - last_at) * BLOCK_SAMPLES >= (700 - VadOptions().tail_ms - 100) * SAMPLE_RATE_HZ // 1000
 
 
-def test_an_earlier_look_at_the_ending_turn_comes_a_shorter_tail_sooner_and_is_the_same_turn_cut_shorter(voiced, vad):
-    """ending_turn(tail_ms=100): the turn the pause would end, with 100 ms after its last speech instead of 200,
-    known 100 ms sooner: the same start, its audio the first samples of the turn that comes."""
-    speech = voiced(SENTENCE)
-    endpointer = Endpointer(VadOptions(silence_ms=700, tail_ms=200), vad=vad)
-    looks, turns = {}, []
-    for i, block in enumerate(split_blocks(np.concatenate([silence(0.5), speech, silence(1.5)]))):
-        turns += [e for e in endpointer.feed(block) if isinstance(e, Turn)]
-        for tail in (100, None):
-            look = endpointer.ending_turn(tail)
-            if look is not None and tail not in looks:
-                looks[tail] = (i, look)
-    (turn,) = turns
-    (glimpse_at, glimpse), (full_at, full) = looks[100], looks[None]
-    assert (glimpse.start_sample, full.end_sample) == (turn.start_sample, turn.end_sample)
-    assert glimpse.end_sample == turn.end_sample - 100 * SAMPLE_RATE_HZ // 1000
-    np.testing.assert_array_equal(glimpse.audio, turn.audio[: len(glimpse.audio)])
-    assert full_at - glimpse_at in (3, 4)  # 100 ms is 3.1 blocks
-
-
 def test_two_utterances_separated_by_a_long_pause_give_two_turns(voiced, vad):
     """Two sentences 1.5 s apart are two turns; espeak's short pause between sentences splits nothing."""
     first = voiced(f"{SENTENCE} Thank you.")  # two sentences, one short pause inside
