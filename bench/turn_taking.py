@@ -191,6 +191,8 @@ def main(argv=None) -> int:
                         help=f"which configurations, comma-separated, of: {', '.join(CONFIGS)}")
     parser.add_argument("--tail-ms", default=str(VadOptions.tail_ms),
                         help="VadOptions.tail_ms, or several, comma-separated: each configuration runs with each")
+    parser.add_argument("--switch-ms", type=float,
+                        help="the interpreter's switch interval (sys.setswitchinterval; default: Python's 5 ms)")
     parser.add_argument("--audio", default="pulse", choices=["pulse", "virtual"])
     parser.add_argument("--voices", help="folder of the lines' speech (default: a temporary one)")
     parser.add_argument("--voices-only", action="store_true", help="render the lines into --voices and stop")
@@ -206,6 +208,8 @@ def main(argv=None) -> int:
         parser.error(f"--configs takes {', '.join(CONFIGS)}")
     if args.voices_only and not args.voices:
         parser.error("--voices-only needs --voices")
+    if args.switch_ms is not None:
+        sys.setswitchinterval(args.switch_ms / 1000)
 
     work = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     voices = Path(args.voices) if args.voices else work
