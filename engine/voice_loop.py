@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["VoiceLoop"]
+
+SWITCH_INTERVAL_S = 0.001  # the longest a thread of the loop waits for Python's lock while another runs Python
 
 
 # The turns the worker runs, queued by the loop's callers and the Listener
@@ -216,6 +219,10 @@ class VoiceLoop:
             self._threads.append(threading.Thread(target=self._listener.run, name="parley-listen", daemon=True))
         if self._ahead is not None:
             self._threads += self._ahead.threads
+        # the loop's threads pass Python's lock (the GIL) back and forth all through a turn, and a model's call takes
+        # it back after each step that released it, each time waiting up to the switch interval: at Python's 5 ms the
+        # end-of-turn model takes six times as long beside a busy thread as alone, at 1 ms twice (docs/BENCHMARKS.md)
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         if self.microphone is not None and self.options.echo_cancellation:
             from engine.audio.echo import EchoCanceller
 
