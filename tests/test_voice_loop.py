@@ -373,6 +373,22 @@ def test_options_and_close_are_checked(parts):
         loop.start()
 
 
+def test_a_running_loop_hands_pythons_lock_over_within_a_millisecond(parts):
+    """The loop's models wait for Python's lock after every step that released it: started, the loop shortens the
+    interpreter's switch interval to 1 ms (from Python's 5), and never lengthens a shorter one."""
+    dialogue, mic = parts
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        with run_loop(dialogue, mic)[0]:
+            assert sys.getswitchinterval() == pytest.approx(0.001)
+        sys.setswitchinterval(0.0005)
+        with run_loop(dialogue, mic)[0]:
+            assert sys.getswitchinterval() == pytest.approx(0.0005)
+    finally:
+        sys.setswitchinterval(before)
+
+
 def test_losing_the_microphone_is_reported_and_typed_turns_go_on(parts, user_mic):
     """The sound server dropping the Microphone's stream gives DeviceLost naming the input device, the
     'idle' state instead of a hang, and a typed turn afterwards is still answered."""
@@ -422,22 +438,6 @@ class RecordingTranscriber:
 
     def __getattr__(self, name):
         return getattr(self._transcriber, name)
-
-
-def test_a_running_loop_hands_pythons_lock_over_within_a_millisecond(parts):
-    """The loop's models wait for Python's lock after every step that released it: started, the loop shortens the
-    interpreter's switch interval to 1 ms (from Python's 5), and never lengthens a shorter one."""
-    dialogue, mic = parts
-    before = sys.getswitchinterval()
-    try:
-        sys.setswitchinterval(0.005)
-        with run_loop(dialogue, mic)[0]:
-            assert sys.getswitchinterval() == pytest.approx(0.001)
-        sys.setswitchinterval(0.0005)
-        with run_loop(dialogue, mic)[0]:
-            assert sys.getswitchinterval() == pytest.approx(0.0005)
-    finally:
-        sys.setswitchinterval(before)
 
 
 def test_a_turn_is_transcribed_while_its_silence_runs_out_so_its_text_is_ready_when_it_ends(parts, user_mic, speak):
