@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from turn_taking import script  # noqa: E402
-from voice_loop import speech  # noqa: E402
+from voice_loop import load_transcriber, speech  # noqa: E402
 
-from engine.stt import SAMPLE_RATE_HZ, Transcriber, TranscriberOptions  # noqa: E402
+from engine.stt import SAMPLE_RATE_HZ  # noqa: E402
 from engine.stt.turn import TurnModel, default_threads  # noqa: E402
 from engine.stt.turn_text import TextTurnModel  # noqa: E402
 
@@ -59,11 +59,10 @@ def main(argv=None) -> int:
         quiet = rng.normal(0, 1e-3, round(TAIL_S * SAMPLE_RATE_HZ)).astype(np.float32)
         pauses.append((parts[0][0], np.concatenate([voice, quiet])))
 
-    whisper = Transcriber(args.whisper, TranscriberOptions(device=args.device))
-    whisper.warm_up()
+    whisper = load_transcriber(args)
     voice_model = TurnModel(args.turn_model)
-    chat = ChatModel(bundled_model_path(), ChatOptions(n_ctx=2048, max_tokens=24, temperature=0.0,
-                                                       n_threads=4 if args.device == "cuda" else 1))
+    chat = ChatModel(bundled_model_path(), ChatOptions(n_ctx=2048, max_tokens=24, temperature=0.0, n_threads=1,
+                                                       n_gpu_layers=None if args.device == "cuda" else 0))
     reader = TextTurnModel(threads=default_threads(), gpu_layers=chat.n_gpu_layers)
     steps = {
         "whisper": lambda text, audio: whisper.transcribe(audio),
