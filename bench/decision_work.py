@@ -3,7 +3,7 @@ pause, the end-of-turn model's answer (Smart Turn v3.2) and the words' reading (
 then Whisper and Smart Turn together, then the two with an LLM reply streaming beside them (the loop's early reply).
 
 Method: bench/turn_taking.py's first 24 turns as the VAD hands a pause over: the line's espeak-ng speech up to its first
-pause (the whole line where it has none) and 200 ms of quiet after it (VadOptions.tail_ms). Each arrangement times
+pause (the whole line where it has none) and VadOptions.tail_ms (200 ms) of quiet after it. Each arrangement times
 every pause once, after one warm-up, in each switch interval asked (sys.setswitchinterval: how long a thread running
 Python keeps Python's lock from one waiting for it). Whisper transcribes as a turn's transcript does (language detected,
 the verbatim prompt); the reply is the bundled SmolLM2's to the pause's words, 24 tokens, greedy. Printed: the median
@@ -28,14 +28,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from turn_taking import script  # noqa: E402
+from virtual_audio import MIC_NOISE_RMS  # noqa: E402
 from voice_loop import load_transcriber, speech  # noqa: E402
 
 from engine.llm.chat import ChatModel, ChatOptions, bundled_model_path  # noqa: E402
 from engine.stt import SAMPLE_RATE_HZ  # noqa: E402
 from engine.stt.turn import TurnModel, default_threads  # noqa: E402
 from engine.stt.turn_text import TextTurnModel  # noqa: E402
+from engine.stt.vad import VadOptions  # noqa: E402
 
-TAIL_S = 0.2
 # the steps started together in each arrangement; none: each step alone, one after another
 ARRANGEMENTS = {"alone": (), "whisper + smart turn": ("whisper", "smart turn"),
                 "whisper + smart turn + reply": ("whisper", "smart turn", "reply")}
@@ -52,10 +53,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     voices = Path(args.voices or tempfile.mkdtemp(prefix="parley-decision-"))
     rng = np.random.default_rng(0)
+    tail = round(VadOptions.tail_ms * SAMPLE_RATE_HZ / 1000)
     pauses = []
     for _, parts in script()[: args.turns]:
         voice = speech(parts[0][0], voices)
-        quiet = rng.normal(0, 1e-3, round(TAIL_S * SAMPLE_RATE_HZ)).astype(np.float32)
+        quiet = rng.normal(0, MIC_NOISE_RMS, tail).astype(np.float32)  # the software microphone's noise floor
         pauses.append((parts[0][0], np.concatenate([voice, quiet])))
 
     whisper = load_transcriber(args)
@@ -71,9 +73,8 @@ def main(argv=None) -> int:
     }
     # first calls' costs (CUDA kernels, caches) out of the figures, on the last pause: Whisper keeps its last
     # encoding, which the first timed pause must not find
-    for text, audio in pauses[-1:]:
-        for step in steps.values():
-            step(text, audio)
+    for step in steps.values():
+        step(*pauses[-1])
     chat.clear_history()
 
     print(f"{len(pauses)} pauses, --device {args.device}, Whisper {whisper.device} {whisper.compute_type}, "
